@@ -87,7 +87,9 @@ type Observation struct {
 	// reflectors' latest fresh deltas). Zero when Reflectors is zero.
 	Delta time.Duration
 	// Deltas are the per-sample deltas attributed to this direction that arrived
-	// since the previous observation, in arrival order.
+	// since the previous observation, in arrival order (at most
+	// MaxPendingDeltas, the newest). The slice is valid only until the next
+	// call to Estimator.Observe.
 	Deltas []time.Duration
 	// Threshold is the delay above which a sample counts as delayed: the latency
 	// budget plus the serialisation time of one full-size packet at ShaperRate.

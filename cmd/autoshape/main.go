@@ -1,0 +1,67 @@
+// Command autoshape keeps an internet link fast and responsive: it retunes the
+// router's shaper to the highest rate that keeps the added delay under load
+// within a latency budget. See README.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError marks errors caused by bad input: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+const usage = `usage: autoshape COMMAND [FLAGS]
+
+commands:
+  simulate   replay a capacity trace through the link model under several schemes
+  version    print the version
+
+Run 'autoshape COMMAND -h' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "simulate":
+		err = simulate(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "autoshape %s\n", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "autoshape: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "autoshape %s: %v\n", args[0], err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}

@@ -1,0 +1,435 @@
+// Package controller owns the control loop of one link: every tick it reads the
+// shapers' counters, asks the estimator for an Observation per direction, asks
+// the direction's policy for a rate, enforces the bounds and the idle and stall
+// rules, writes the rate through the actuator and records a Decision for every
+// change. Time is injected: Tick takes the current time, and Run takes a Clock,
+// so the simulator drives exactly this code with a fake clock.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+)
+
+// A State is the controller's mode for a link.
+type State int
+
+// The controller's states.
+const (
+	// Active: probes run and policies decide.
+	Active State = iota
+	// Idle: the link has carried almost nothing for a while; probes are
+	// paused and the rates drift back to base.
+	Idle
+	// Stall: no probe has been answered for a while; rates are never raised
+	// and after a timeout they fall back to the safe rate.
+	Stall
+)
+
+// String returns "active", "idle" or "stall".
+func (s State) String() string {
+	switch s {
+	case Active:
+		return "active"
+	case Idle:
+		return "idle"
+	case Stall:
+		return "stall"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// A Prober is the probe side of the estimator: the controller pauses it while
+// the link is idle.
+type Prober interface {
+	SetIdle(idle bool)
+}
+
+// DirectionConfig bounds one direction.
+type DirectionConfig struct {
+	Bounds policies.Bounds
+	// Safe is the rate a stalled direction falls back to; 0 means Base. A
+	// fallback never raises the rate.
+	Safe float64
+}
+
+// Config tunes a Controller. Zero durations and ratios take the defaults
+// named on each field.
+type Config struct {
+	// Link names the link in decisions and logs.
+	Link string
+	// Tick is the control interval, default 50ms.
+	Tick time.Duration
+	// Directions holds the bounds per direction, indexed by
+	// estimator.Direction.
+	Directions [2]DirectionConfig
+	// IdleLoad is the load ratio under which a direction counts as unloaded,
+	// default 0.05; IdleAfter is how long both directions must stay unloaded
+	// before the link goes idle, default 10s.
+	IdleLoad  float64
+	IdleAfter time.Duration
+	// IdleStep is the fraction of the distance to base covered per tick while
+	// idle, default 0.05 (base is reached within a few seconds).
+	IdleStep float64
+	// StallAfter is how long without any probe answer makes a stall, default
+	// 1s; FallbackAfter is how long a stall lasts before the rates fall back to
+	// the safe rate, default 5s.
+	StallAfter    time.Duration
+	FallbackAfter time.Duration
+	// Recovery is how long after a stall ends rates may not rise, default 1s.
+	Recovery time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Tick == 0 {
+		c.Tick = 50 * time.Millisecond
+	}
+	if c.IdleLoad == 0 {
+		c.IdleLoad = 0.05
+	}
+	if c.IdleAfter == 0 {
+		c.IdleAfter = 10 * time.Second
+	}
+	if c.IdleStep == 0 {
+		c.IdleStep = 0.05
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = time.Second
+	}
+	if c.FallbackAfter == 0 {
+		c.FallbackAfter = 5 * time.Second
+	}
+	if c.Recovery == 0 {
+		c.Recovery = time.Second
+	}
+	for i := range c.Directions {
+		if c.Directions[i].Safe == 0 {
+			c.Directions[i].Safe = c.Directions[i].Bounds.Base
+		}
+	}
+	return c
+}
+
+// Validate reports the first problem with c, naming the field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.Tick < time.Millisecond {
+		return fmt.Errorf("controller: tick %v is shorter than 1ms", c.Tick)
+	}
+	for _, d := range estimator.Directions {
+		b := c.Directions[d].Bounds
+		if b == (policies.Bounds{}) {
+			continue // an uncontrolled direction; New checks it has no shaper
+		}
+		if err := ValidateBounds(b); err != nil {
+			return fmt.Errorf("controller: %s: %w", d, err)
+		}
+		if s := c.Directions[d].Safe; s < b.Min || s > b.Max {
+			return fmt.Errorf("controller: %s: safe rate %.0f bit/s is outside [min %.0f, max %.0f]", d, s, b.Min, b.Max)
+		}
+	}
+	if c.IdleLoad < 0 || c.IdleLoad >= 1 {
+		return fmt.Errorf("controller: idle load %g must be in [0, 1)", c.IdleLoad)
+	}
+	if c.IdleStep <= 0 || c.IdleStep > 1 {
+		return fmt.Errorf("controller: idle step %g must be in (0, 1]", c.IdleStep)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"idle_after", c.IdleAfter}, {"stall_after", c.StallAfter}, {"fallback_after", c.FallbackAfter}, {"recovery", c.Recovery}} {
+		if d.v < 0 {
+			return fmt.Errorf("controller: %s %v is negative", d.name, d.v)
+		}
+	}
+	return nil
+}
+
+// ValidateBounds checks 0 < min <= base <= max.
+func ValidateBounds(b policies.Bounds) error {
+	switch {
+	case b.Min <= 0:
+		return fmt.Errorf("min rate %.0f bit/s must be positive", b.Min)
+	case b.Min > b.Max:
+		return fmt.Errorf("min rate %.0f bit/s is above max rate %.0f bit/s", b.Min, b.Max)
+	case b.Base < b.Min || b.Base > b.Max:
+		return fmt.Errorf("base rate %.0f bit/s is outside [min %.0f, max %.0f]", b.Base, b.Min, b.Max)
+	}
+	return nil
+}
+
+// A Controller runs the control loop of one link. It is not safe for
+// concurrent use: Run serialises samples and ticks, and the simulator calls
+// AddSample and Tick from one goroutine.
+type Controller struct {
+	cfg      Config
+	est      *estimator.Estimator
+	shapers  [2]actuator.Shaper
+	policies [2]policies.Policy
+	prober   Prober
+
+	rates     [2]float64 // what was last written, bit/s
+	written   [2]bool    // whether a rate was ever written
+	state     State
+	since     time.Time // when the current state began
+	quietFrom time.Time // start of the current unloaded stretch (zero: loaded)
+	noRaise   time.Time // no increases before this instant
+	lastObs   [2]estimator.Observation
+}
+
+// New builds a Controller. A nil shaper leaves that direction uncontrolled
+// (its policy may then be nil too). prober may be nil.
+func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols [2]policies.Policy, prober Prober) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if est == nil {
+		return nil, errors.New("controller: no estimator")
+	}
+	cfg = cfg.withDefaults()
+	c := &Controller{cfg: cfg, est: est, shapers: shapers, policies: pols, prober: prober}
+	for _, d := range estimator.Directions {
+		if shapers[d] != nil && pols[d] == nil {
+			return nil, fmt.Errorf("controller: %s has a shaper but no policy", d)
+		}
+		if shapers[d] != nil && cfg.Directions[d].Bounds == (policies.Bounds{}) {
+			return nil, fmt.Errorf("controller: %s has a shaper but no bounds", d)
+		}
+		c.rates[d] = cfg.Directions[d].Bounds.Base
+	}
+	return c, nil
+}
+
+// AddSample hands one probe answer to the estimator.
+func (c *Controller) AddSample(s estimator.Sample) { c.est.AddSample(s) }
+
+// Rate returns the rate last written for d, in bit/s (Base before the first
+// tick).
+func (c *Controller) Rate(d estimator.Direction) float64 { return c.rates[d] }
+
+// State returns the controller's current state.
+func (c *Controller) State() State { return c.state }
+
+// Observation returns the observation of d made at the last tick.
+func (c *Controller) Observation(d estimator.Direction) estimator.Observation { return c.lastObs[d] }
+
+// Tick runs one control step at now and returns the decisions it carried out
+// (one per rate change). Errors from the shapers are returned after every
+// direction was tried; the rate a failed write meant to set is not recorded,
+// so the next tick tries again.
+func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error) {
+	var errs []error
+	for _, d := range estimator.Directions {
+		if c.shapers[d] == nil {
+			continue
+		}
+		st, err := c.shapers[d].Stats(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("failed to read %s shaper stats: %w", d, err))
+			continue
+		}
+		c.est.AddCounter(d, now, st.Bytes)
+		c.est.SetCapacityEstimate(d, float64(st.CapacityEstimate))
+	}
+	obs := c.est.Observe(now, c.rates)
+	c.lastObs = obs
+	c.updateState(now, obs)
+
+	var decisions []Decision
+	for _, d := range estimator.Directions {
+		if c.shapers[d] == nil {
+			continue
+		}
+		to, reason := c.next(now, d, obs[d])
+		dec, err := c.apply(ctx, now, d, to, reason, obs[d])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if dec != nil {
+			decisions = append(decisions, *dec)
+		}
+	}
+	return decisions, errors.Join(errs...)
+}
+
+// updateState moves between active, idle and stall.
+func (c *Controller) updateState(now time.Time, obs [2]estimator.Observation) {
+	loaded := false
+	for _, d := range estimator.Directions {
+		if c.shapers[d] != nil && obs[d].Load >= c.cfg.IdleLoad {
+			loaded = true
+		}
+	}
+	if loaded {
+		c.quietFrom = time.Time{}
+	} else if c.quietFrom.IsZero() {
+		c.quietFrom = now
+	}
+	last := obs[estimator.Down].LastSample
+	if up := obs[estimator.Up].LastSample; up.After(last) {
+		last = up
+	}
+
+	switch c.state {
+	case Active:
+		switch {
+		case !c.quietFrom.IsZero() && now.Sub(c.quietFrom) >= c.cfg.IdleAfter:
+			c.enter(Idle, now)
+		case c.stalled(now, last):
+			c.enter(Stall, now)
+		}
+	case Idle:
+		if loaded {
+			c.enter(Active, now)
+		}
+	case Stall:
+		if !c.stalled(now, last) {
+			c.noRaise = now.Add(c.cfg.Recovery)
+			c.enter(Active, now)
+		} else if !c.quietFrom.IsZero() && now.Sub(c.quietFrom) >= c.cfg.IdleAfter {
+			c.enter(Idle, now)
+		}
+	}
+}
+
+// stalled reports whether no probe answer has been sent within StallAfter.
+// A link that has never been answered counts from the state's start.
+func (c *Controller) stalled(now, last time.Time) bool {
+	if last.IsZero() {
+		last = c.since
+		if last.IsZero() {
+			c.since = now
+			last = now
+		}
+	}
+	return now.Sub(last) > c.cfg.StallAfter
+}
+
+func (c *Controller) enter(s State, now time.Time) {
+	if s == c.state {
+		return
+	}
+	if c.prober != nil && (s == Idle || c.state == Idle) {
+		c.prober.SetIdle(s == Idle)
+	}
+	c.state = s
+	c.since = now
+}
+
+// next decides the rate for d in the current state.
+func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Observation) (float64, policies.Reason) {
+	cur := c.rates[d]
+	dc := c.cfg.Directions[d]
+	switch c.state {
+	case Idle:
+		base := dc.Bounds.Base
+		step := (base - cur) * c.cfg.IdleStep
+		if math.Abs(base-cur) < 0.01*base {
+			return base, policies.ReasonIdle
+		}
+		return cur + step, policies.ReasonIdle
+	case Stall:
+		if now.Sub(c.since) >= c.cfg.FallbackAfter && dc.Safe < cur {
+			return dc.Safe, policies.ReasonFallback
+		}
+		return cur, policies.ReasonStall
+	}
+	p := c.policies[d].Next(policies.Input{Now: now, Obs: obs, Rate: cur, Bounds: dc.Bounds})
+	if p.Rate > cur && now.Before(c.noRaise) {
+		return cur, policies.ReasonStall
+	}
+	return p.Rate, p.Reason
+}
+
+// apply clamps, rounds and writes a rate, returning the decision when the rate
+// changed.
+func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direction, to float64, reason policies.Reason, obs estimator.Observation) (*Decision, error) {
+	b := c.cfg.Directions[d].Bounds
+	clamped := b.Clamp(to)
+	if math.IsNaN(to) {
+		clamped = c.rates[d]
+	}
+	// Whole kbit/s: finer steps change nothing a shaper can hold and would
+	// flood the decision log.
+	rate := math.Round(clamped/1000) * 1000
+	if rate < b.Min {
+		rate = math.Ceil(b.Min/1000) * 1000
+	}
+	if rate > b.Max {
+		rate = math.Floor(b.Max/1000) * 1000
+	}
+	if c.written[d] && rate == c.rates[d] {
+		return nil, nil
+	}
+	if !c.written[d] {
+		reason = policies.ReasonStart
+	}
+	if err := c.shapers[d].SetRate(ctx, uint64(rate)); err != nil {
+		return nil, fmt.Errorf("failed to set %s rate to %.0f bit/s: %w", d, rate, err)
+	}
+	dec := &Decision{
+		Time: now, Link: c.cfg.Link, Direction: d,
+		From: c.rates[d], To: rate, Reason: reason, State: c.state,
+		Clamped: clamped != to, Obs: obs,
+	}
+	c.rates[d] = rate
+	c.written[d] = true
+	return dec, nil
+}
+
+// A Clock gives the time and a ticker; Run uses it so tests can drive time.
+type Clock interface {
+	Now() time.Time
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// NewTicker returns a time.Ticker's channel and its Stop.
+func (RealClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// Run ticks until ctx is cancelled, feeding samples from the channel to the
+// estimator between ticks and handing every decision to record (which may be
+// nil). Shaper errors are handed to onErr (nil ignores them) and do not stop
+// the loop. Cancellation returns nil.
+func (c *Controller) Run(ctx context.Context, clock Clock, samples <-chan estimator.Sample, record func(Decision), onErr func(error)) error {
+	ticks, stop := clock.NewTicker(c.cfg.Tick)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case s, ok := <-samples:
+			if !ok {
+				samples = nil
+				continue
+			}
+			c.AddSample(s)
+		case <-ticks:
+			decs, err := c.Tick(ctx, clock.Now())
+			if err != nil && onErr != nil {
+				onErr(err)
+			}
+			if record != nil {
+				for _, d := range decs {
+					record(d)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+)
+
+// SchemeNames lists the standard schemes in table order.
+var SchemeNames = []string{"autoshape", "classic", "static90", "unshaped", "oracle"}
+
+// Schemes returns the named standard schemes:
+//   - autoshape: the controller with the budget policy;
+//   - classic: the controller with cake-autorate's default rules;
+//   - static90: a fixed shaper at 90 % of the trace's mean capacity;
+//   - unshaped: no shaper at all;
+//   - oracle: a shaper at 95 % of the capacity of the coming 50 ms.
+func Schemes(names []string, budget policies.BudgetConfig, classic policies.ClassicConfig) ([]Scheme, error) {
+	if err := budget.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := policies.NewClassic(classic); err != nil {
+		return nil, err
+	}
+	var out []Scheme
+	for _, n := range names {
+		switch n {
+		case "autoshape":
+			out = append(out, Scheme{Name: n, Policy: func(estimator.Direction, policies.Bounds, float64) (policies.Policy, error) {
+				return policies.NewBudget(budget)
+			}})
+		case "classic":
+			out = append(out, Scheme{Name: n, Policy: func(estimator.Direction, policies.Bounds, float64) (policies.Policy, error) {
+				return policies.NewClassic(classic)
+			}})
+		case "static90":
+			out = append(out, Scheme{Name: n, Policy: func(_ estimator.Direction, _ policies.Bounds, mean float64) (policies.Policy, error) {
+				return policies.NewFixed(0.9 * mean), nil
+			}})
+		case "unshaped":
+			out = append(out, Scheme{Name: n})
+		case "oracle":
+			out = append(out, Scheme{Name: n, Oracle: 0.95})
+		default:
+			return nil, fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(SchemeNames, ", "))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,568 @@
+// Package sim is a deterministic, trace-driven model of one link in both
+// directions, for scoring rate-control schemes offline in seconds.
+//
+// Each direction has greedy TCP senders (CUBIC or Reno windows reacting to
+// loss one round trip late), a bloated bottleneck (a FIFO whose capacity
+// follows a Mahimahi trace or a schedule, with tail drop at a deep buffer) and
+// the router's shaper (flow-fair queues under CoDel, so that probes do not wait
+// behind bulk data, as with CAKE). Download crosses the bottleneck first and
+// the shaper on the router's ingress second; upload the other way round. Acks
+// cross the reverse direction's queues. On download, CAKE's autorate-ingress
+// capacity estimator watches the packet trains leaving the bottleneck.
+//
+// The controller under test is the real one (package controller) with a fake
+// clock: its probes are answered with the delays the model's queues give, per
+// reflector base delay and jitter, and optional loss. An independent probe,
+// which the controller never sees, scores the run every 10 ms.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+)
+
+// Config describes one simulated link and its load.
+type Config struct {
+	// Down and Up are the capacities. A nil direction carries no load (and
+	// runs at a constant capacity so that probes still cross it).
+	Down, Up *Trace
+	// Duration of the run; 0 takes the longer trace's default duration.
+	Duration time.Duration
+	// Seed makes jitter, reflector delays and probe loss repeatable.
+	Seed uint64
+	// Budget is the latency budget that scores the run and configures the
+	// controller; default 15ms.
+	Budget time.Duration
+	// Flows is the number of greedy TCP flows per loaded direction, default 4.
+	Flows int
+	// Reno uses Reno windows instead of CUBIC.
+	Reno bool
+	// BaseRTT is the round trip time with empty queues, default 40ms.
+	BaseRTT time.Duration
+	// Buffer is the bottleneck's buffer as time at the trace's mean rate,
+	// default 500ms.
+	Buffer time.Duration
+	// SenderBytesPerMs is the senders' line rate, default 125000 (1 Gbit/s).
+	SenderBytesPerMs int64
+	// Reflectors answer the controller's probes, default 6; ProbeRate is the
+	// total answers per second, default 20; ProbeLoss the chance that a probe
+	// goes unanswered; ReflectorSpread the largest extra base delay of a
+	// reflector, default 20ms; Jitter the mean of the exponential jitter
+	// added each way, default 1ms.
+	Reflectors      int
+	ProbeRate       float64
+	ProbeLoss       float64
+	ReflectorSpread time.Duration
+	Jitter          time.Duration
+	// Echo makes the probes ICMP echo (RTT only) instead of ICMP timestamps
+	// (one-way delays at 1 ms resolution).
+	Echo bool
+	// NoCapacityEstimate hides CAKE's download capacity estimate from the
+	// controller (as with the HTB backend).
+	NoCapacityEstimate bool
+	// Tick is the controller's tick, default 50ms.
+	Tick time.Duration
+
+	// CapacityEstimate is set from NoCapacityEstimate by Run.
+	CapacityEstimate bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Budget == 0 {
+		c.Budget = 15 * time.Millisecond
+	}
+	if c.Flows == 0 {
+		c.Flows = 4
+	}
+	if c.BaseRTT == 0 {
+		c.BaseRTT = 40 * time.Millisecond
+	}
+	if c.Buffer == 0 {
+		c.Buffer = 500 * time.Millisecond
+	}
+	if c.SenderBytesPerMs == 0 {
+		c.SenderBytesPerMs = 125000
+	}
+	if c.Reflectors == 0 {
+		c.Reflectors = 6
+	}
+	if c.ProbeRate == 0 {
+		c.ProbeRate = 20
+	}
+	if c.ReflectorSpread == 0 {
+		c.ReflectorSpread = 20 * time.Millisecond
+	}
+	if c.Jitter == 0 {
+		c.Jitter = time.Millisecond
+	}
+	if c.Tick == 0 {
+		c.Tick = 50 * time.Millisecond
+	}
+	if c.Duration == 0 {
+		for _, t := range []*Trace{c.Down, c.Up} {
+			if t != nil && t.DefaultDuration() > c.Duration {
+				c.Duration = t.DefaultDuration()
+			}
+		}
+	}
+	c.CapacityEstimate = !c.NoCapacityEstimate
+	return c
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Down == nil && c.Up == nil:
+		return fmt.Errorf("no trace for either direction")
+	case c.Duration < time.Second:
+		return fmt.Errorf("duration %v is shorter than 1s", c.Duration)
+	case c.Duration > 48*time.Hour:
+		return fmt.Errorf("duration %v is longer than 48h", c.Duration)
+	case c.Budget < 0:
+		return fmt.Errorf("budget %v is negative", c.Budget)
+	case c.Flows < 1 || c.Flows > 64:
+		return fmt.Errorf("flows %d must be between 1 and 64", c.Flows)
+	case c.BaseRTT < 0 || c.BaseRTT > 2*time.Second:
+		return fmt.Errorf("base RTT %v must be between 0 and 2s", c.BaseRTT)
+	case c.Buffer <= 0:
+		return fmt.Errorf("buffer %v must be positive", c.Buffer)
+	case c.Reflectors < 1:
+		return fmt.Errorf("reflectors %d must be at least 1", c.Reflectors)
+	case c.ProbeRate <= 0 || c.ProbeRate > 1000:
+		return fmt.Errorf("probe rate %g must be in (0, 1000] per second", c.ProbeRate)
+	case c.ProbeLoss < 0 || c.ProbeLoss > 1:
+		return fmt.Errorf("probe loss %g must be in [0, 1]", c.ProbeLoss)
+	case c.Tick < time.Millisecond:
+		return fmt.Errorf("tick %v is shorter than 1ms", c.Tick)
+	}
+	return nil
+}
+
+// A Scheme is one way of setting the shaper, scored side by side with others.
+type Scheme struct {
+	Name string
+	// Policy builds the controller's policy for one direction; nil runs no
+	// controller.
+	Policy func(d estimator.Direction, b policies.Bounds, mean float64) (policies.Policy, error)
+	// Oracle > 0 sets the shaper to this fraction of the capacity of the
+	// coming 50 ms, every 10 ms: what perfect knowledge could do.
+	Oracle float64
+	// Controller tunes the controller; its Directions are filled in by Run.
+	Controller controller.Config
+	// Estimator tunes the estimator; Budget is taken from the run when zero.
+	Estimator estimator.Config
+}
+
+// Delay holds percentiles of added delay in milliseconds.
+type Delay struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+}
+
+// A Result scores one scheme in one direction.
+type Result struct {
+	Scheme       string  `json:"scheme"`
+	Direction    string  `json:"direction"`
+	CapacityMbps float64 `json:"capacity_mbps"`
+	GoodputMbps  float64 `json:"goodput_mbps"`
+	Utilization  float64 `json:"utilization"`
+	// Delay is the added one-way delay the independent probe saw while the
+	// direction was loaded: its wait minus an empty queue's wait.
+	Delay      Delay   `json:"delay_ms"`
+	OverBudget float64 `json:"over_budget_fraction"`
+	// ReactionS is, for schedules with a capacity drop, the longest time from a
+	// drop until the added delay is back under the budget and stays there for
+	// 2 s; Reactions lists each drop's.
+	ReactionS *float64 `json:"reaction_s,omitempty"`
+	Reactions []float64 `json:"reactions_s,omitempty"`
+	// WorstDelayMs is the largest added delay after each drop.
+	WorstDelayMs []float64 `json:"worst_delay_ms,omitempty"`
+	// MeanRateMbps is the shaper's mean rate (0 when unshaped).
+	MeanRateMbps float64 `json:"mean_rate_mbps"`
+	RateChanges  int     `json:"rate_changes"`
+	Drops        int64   `json:"drops_bytes"`
+}
+
+// Model is one run in progress. Use Run.
+type Model struct {
+	cfg   Config
+	paths [2]*path
+	rng   *rand.Rand
+}
+
+// debugHook, when set by a test, sees every tick.
+var debugHook func(now int64, m *Model, c *controller.Controller)
+
+// scoreEvery is the independent probe's interval, ms.
+const scoreEvery = 10
+
+// Run simulates cfg under scheme and returns one Result per loaded direction.
+func Run(cfg Config, scheme Scheme) ([]Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
+	dur := cfg.Duration.Milliseconds()
+
+	traces := [2]*Trace{cfg.Down, cfg.Up}
+	var means [2]float64
+	for _, d := range estimator.Directions {
+		if traces[d] != nil {
+			means[d] = traces[d].MeanRate(cfg.Duration)
+		}
+	}
+	for _, d := range estimator.Directions {
+		tr := traces[d]
+		flows := cfg.Flows
+		if tr == nil {
+			// An unloaded direction: constant capacity, no senders.
+			r := math.Max(10e6, means[d.Other()])
+			tr = &Trace{Name: "unloaded", steps: []Step{{Rate: r}}}
+			means[d] = r
+			flows = 0
+		}
+		limit := int64(means[d] / 8 * cfg.Buffer.Seconds())
+		mc := m.cfg
+		mc.Flows = flows
+		p := newPath(&Model{cfg: mc}, d, tr, max(limit, 4*PacketBytes))
+		p.m = m
+		m.paths[d] = p
+	}
+	for _, d := range estimator.Directions {
+		if traces[d] == nil {
+			m.paths[d].flows = nil
+			m.paths[d].fq = nil
+		}
+	}
+
+	// The controller, when the scheme has one.
+	var ctrl *controller.Controller
+	var bounds [2]policies.Bounds
+	shapers := [2]*simShaper{}
+	if scheme.Policy != nil {
+		ec := scheme.Estimator
+		if ec.Budget == 0 {
+			ec.Budget = cfg.Budget
+		}
+		est, err := estimator.New(ec)
+		if err != nil {
+			return nil, err
+		}
+		cc := scheme.Controller
+		cc.Tick = cfg.Tick
+		var shs [2]actuator.Shaper
+		var pols [2]policies.Policy
+		for _, d := range estimator.Directions {
+			if traces[d] == nil {
+				continue
+			}
+			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
+			cc.Directions[d].Bounds = bounds[d]
+			pol, err := scheme.Policy(d, bounds[d], means[d])
+			if err != nil {
+				return nil, err
+			}
+			pols[d] = pol
+			shapers[d] = &simShaper{p: m.paths[d]}
+			shs[d] = shapers[d]
+			m.paths[d].setRate(bounds[d].Base)
+			m.paths[d].cake.peak = bounds[d].Base / 8
+		}
+		ctrl, err = controller.New(cc, est, shs, pols, &probeSwitch{})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	refl := m.reflectors()
+	probeEvery := 1000 / cfg.ProbeRate
+	nextProbe := 0.0
+	probeIdx := 0
+	var pending []pendingSample
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * float64(time.Millisecond))) }
+	tick := cfg.Tick.Milliseconds()
+	half := float64(cfg.BaseRTT.Milliseconds()) / 2
+
+	scores := [2][]float32{}
+	for _, d := range estimator.Directions {
+		if traces[d] != nil {
+			scores[d] = make([]float32, 0, dur/scoreEvery+1)
+		}
+	}
+	var rateSum [2]float64
+	var rateN [2]int
+	changes := [2]int{}
+	ctx := context.Background()
+	idle := func() bool { return ctrl != nil && ctrl.State() == controller.Idle }
+
+	for now := int64(0); now < dur; now++ {
+		if now%scoreEvery == 0 {
+			for _, p := range m.paths {
+				p.wait, p.empty = p.fifoWait(now)
+			}
+			if scheme.Oracle > 0 {
+				for _, d := range estimator.Directions {
+					if traces[d] != nil {
+						// Never below a tenth of the mean, as a user's minimum.
+						m.paths[d].setRate(math.Max(scheme.Oracle*traces[d].RateAt(now, 50), 0.1*means[d]))
+					}
+				}
+			}
+		}
+		down, up := m.paths[estimator.Down], m.paths[estimator.Up]
+		down.step(now, up.wait+up.sparseWait())
+		up.step(now, down.wait+down.sparseWait()+down.empty)
+
+		// The controller's probes.
+		if float64(now) >= nextProbe && !idle() && ctrl != nil {
+			r := refl[probeIdx%len(refl)]
+			probeIdx++
+			nextProbe += probeEvery
+			if m.rng.Float64() >= cfg.ProbeLoss {
+				upD := half + r.extra/2 + up.sparseWait() + up.wait + up.empty + m.jitter()
+				downD := half + r.extra/2 + down.wait + down.empty + down.sparseWait() + m.jitter()
+				sent := float64(now)
+				arrive := sent + upD + downD
+				if cfg.Echo {
+					pending = append(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
+				} else {
+					// ICMP timestamps: whole milliseconds of two clocks.
+					tx := math.Floor(sent + upD + r.offset)
+					pending = append(pending,
+						pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - math.Floor(sent))}},
+						pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
+				}
+			}
+		} else if idle() {
+			nextProbe = float64(now) + probeEvery
+		}
+		if len(pending) > 0 && ctrl != nil {
+			sort.SliceStable(pending, func(i, j int) bool { return pending[i].arrive < pending[j].arrive })
+			n := 0
+			for n < len(pending) && pending[n].arrive <= float64(now) {
+				ctrl.AddSample(pending[n].s)
+				n++
+			}
+			pending = pending[n:]
+		}
+		if ctrl != nil && now%tick == 0 {
+			decs, err := ctrl.Tick(ctx, at(float64(now)))
+			if err != nil {
+				return nil, err
+			}
+			for _, dec := range decs {
+				changes[dec.Direction]++
+			}
+			if debugHook != nil {
+				debugHook(now, m, ctrl)
+			}
+		}
+
+		if now%scoreEvery == 0 {
+			for _, d := range estimator.Directions {
+				if traces[d] == nil {
+					continue
+				}
+				p := m.paths[d]
+				scores[d] = append(scores[d], float32(p.wait+p.sparseWait()))
+				if p.rate > 0 {
+					rateSum[d] += p.rate
+					rateN[d]++
+				}
+			}
+		}
+	}
+
+	var out []Result
+	for _, d := range estimator.Directions {
+		if traces[d] == nil {
+			continue
+		}
+		p := m.paths[d]
+		capBits := float64(traces[d].Cum(dur)) * 8
+		r := Result{
+			Scheme:       scheme.Name,
+			Direction:    d.String(),
+			CapacityMbps: capBits / cfg.Duration.Seconds() / 1e6,
+			GoodputMbps:  float64(p.delivered) * 8 / cfg.Duration.Seconds() / 1e6,
+			RateChanges:  changes[d],
+			Drops:        p.drops,
+		}
+		if capBits > 0 {
+			r.Utilization = float64(p.delivered) * 8 / capBits
+		}
+		if rateN[d] > 0 {
+			r.MeanRateMbps = rateSum[d] / float64(rateN[d]) / 1e6
+		}
+		r.Delay, r.OverBudget = delayStats(scores[d], ms(cfg.Budget))
+		if traces[d].IsSchedule() && (scheme.Policy != nil || scheme.Oracle > 0) {
+			for _, drop := range traces[d].Drops() {
+				if drop.Milliseconds() >= dur {
+					continue
+				}
+				react, worst := reaction(scores[d], drop, nextChange(traces[d], drop, cfg.Duration), ms(cfg.Budget))
+				r.Reactions = append(r.Reactions, round3(react))
+				r.WorstDelayMs = append(r.WorstDelayMs, round3(worst))
+			}
+			if len(r.Reactions) > 0 {
+				worst := slices.Max(r.Reactions)
+				r.ReactionS = &worst
+			}
+		}
+		out = append(out, roundResult(r))
+	}
+	return out, nil
+}
+
+// DefaultBounds derives a direction's bounds from its trace, as a user who
+// knows the line would set them: max a little above the best second's
+// capacity, base at the mean, min at a tenth of the mean.
+func DefaultBounds(t *Trace, d time.Duration) policies.Bounds {
+	mean := t.MeanRate(d)
+	peak := t.PeakRate(d)
+	b := policies.Bounds{Min: math.Max(0.1*mean, 64e3), Base: mean, Max: math.Max(1.1*peak, mean)}
+	b.Base = math.Max(b.Base, b.Min)
+	return b
+}
+
+type reflector struct {
+	name   string
+	extra  float64 // ms of extra base RTT
+	offset float64 // ms of clock offset
+}
+
+func (m *Model) reflectors() []reflector {
+	out := make([]reflector, m.cfg.Reflectors)
+	for i := range out {
+		out[i] = reflector{
+			name:   fmt.Sprintf("reflector-%d", i+1),
+			extra:  m.rng.Float64() * ms(m.cfg.ReflectorSpread),
+			offset: (m.rng.Float64() - 0.5) * 2000,
+		}
+	}
+	return out
+}
+
+func (m *Model) jitter() float64 { return m.rng.ExpFloat64() * ms(m.cfg.Jitter) }
+
+type pendingSample struct {
+	arrive float64
+	s      estimator.Sample
+}
+
+// simShaper is the controller's view of a path's shaper.
+type simShaper struct{ p *path }
+
+func (s *simShaper) SetRate(_ context.Context, bps uint64) error {
+	s.p.setRate(float64(bps))
+	return nil
+}
+
+func (s *simShaper) Stats(context.Context) (actuator.Stats, error) {
+	st := actuator.Stats{Bytes: s.p.shaped, Backlog: uint64(s.p.sqBytes)}
+	if s.p.dir == estimator.Down && s.p.m.cfg.CapacityEstimate {
+		st.CapacityEstimate = uint64(s.p.cake.bps())
+	}
+	return st, nil
+}
+
+// probeSwitch records the controller's idle requests; the loop reads the
+// controller's state directly.
+type probeSwitch struct{ idle bool }
+
+func (p *probeSwitch) SetIdle(idle bool) { p.idle = idle }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+func delayStats(s []float32, budget float64) (Delay, float64) {
+	if len(s) == 0 {
+		return Delay{}, 0
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(sorted)))) - 1
+		return float64(sorted[max(i, 0)])
+	}
+	over := len(sorted) - sort.Search(len(sorted), func(i int) bool { return float64(sorted[i]) > budget })
+	return Delay{P50: q(0.50), P95: q(0.95), P99: q(0.99)}, float64(over) / float64(len(sorted))
+}
+
+// reaction measures, for a drop at drop, how long until the added delay is
+// under budget and stays there for 2 s, and the worst delay before end.
+func reaction(s []float32, drop, end time.Duration, budget float64) (react, worst float64) {
+	from := int(drop.Milliseconds() / scoreEvery)
+	to := min(int(end.Milliseconds()/scoreEvery), len(s))
+	hold := 2000 / scoreEvery
+	okFrom := -1
+	for i := from; i < to; i++ {
+		worst = math.Max(worst, float64(s[i]))
+		if float64(s[i]) > budget {
+			okFrom = -1
+			continue
+		}
+		if okFrom < 0 {
+			okFrom = i
+		}
+		if i-okFrom+1 >= hold && react == 0 && okFrom >= 0 {
+			react = float64((okFrom-from)*scoreEvery) / 1000
+			if okFrom == from {
+				react = 0
+			}
+			okFrom = -2 // found; keep scanning for the worst delay only
+		}
+		if okFrom == -2 {
+			okFrom = -3
+		}
+	}
+	if okFrom != -3 && react == 0 && !(to-from >= hold && allUnder(s[from:min(from+hold, to)], budget)) {
+		react = float64((to-from)*scoreEvery) / 1000
+	}
+	return react, worst
+}
+
+func allUnder(s []float32, budget float64) bool {
+	for _, v := range s {
+		if float64(v) > budget {
+			return false
+		}
+	}
+	return true
+}
+
+func nextChange(t *Trace, after, end time.Duration) time.Duration {
+	for _, s := range t.steps {
+		if s.At > after {
+			return s.At
+		}
+	}
+	return end
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func roundResult(r Result) Result {
+	r.CapacityMbps = round3(r.CapacityMbps)
+	r.GoodputMbps = round3(r.GoodputMbps)
+	r.Utilization = round3(r.Utilization)
+	r.MeanRateMbps = round3(r.MeanRateMbps)
+	r.OverBudget = round3(r.OverBudget)
+	r.Delay = Delay{round3(r.Delay.P50), round3(r.Delay.P95), round3(r.Delay.P99)}
+	return r
+}
