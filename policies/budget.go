@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/autoshape/autoshape/estimator"
 )
 
 // BudgetConfig tunes the Budget policy. Only Budget is meant to be set by
@@ -25,15 +27,16 @@ type BudgetConfig struct {
 	// also grows with the delay still queued, which a cut needs time to drain.
 	Refractory time.Duration
 	// Step is the largest rise per second, as a fraction of the rate, default
-	// 0.5 (+50 %/s), reached with the whole headroom below Hold. Near a rate
-	// where bloat was recently seen the rise is GentleStep per second,
-	// default 0.05.
+	// 1 (+100 %/s), reached with the whole headroom below Hold and a quarter
+	// of it at Hold. Near a rate where bloat was recently seen the rise is
+	// GentleStep per second, default 0.1.
 	Step, GentleStep float64
 	// Memory is how long a rate where bloat was seen stays remembered, default
-	// 30s.
+	// 10s.
 	Memory time.Duration
 	// Loaded is the load ratio from which the link counts as loaded, default
-	// 0.8: the rate only rises when the traffic presses against it.
+	// 0.9: the rate only rises when the traffic presses against it (above the
+	// capacity, less gets through than the rate allows).
 	Loaded float64
 	// Decay is the drift towards base per second when unloaded, default 0.02.
 	Decay float64
@@ -64,16 +67,16 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 		c.Refractory = 250 * time.Millisecond
 	}
 	if c.Step == 0 {
-		c.Step = 0.5
+		c.Step = 1
 	}
 	if c.GentleStep == 0 {
-		c.GentleStep = 0.05
+		c.GentleStep = 0.1
 	}
 	if c.Memory == 0 {
-		c.Memory = 30 * time.Second
+		c.Memory = 10 * time.Second
 	}
 	if c.Loaded == 0 {
-		c.Loaded = 0.8
+		c.Loaded = 0.9
 	}
 	if c.Decay == 0 {
 		c.Decay = 0.02
@@ -111,16 +114,18 @@ func (c BudgetConfig) Validate() error {
 // within one number, the latency budget, at the highest rate that allows.
 //
 //   - Over budget (the estimator's bloat verdict): cut towards what the link
-//     delivers now (the lower of the current rate and, where there is one,
-//     CAKE's capacity estimate, else the achieved rate), by a factor that
+//     delivers now (the achieved rate, or CAKE's capacity estimate when there
+//     is no achieved rate), by a factor that
 //     grows with how far the delay is over the hold level, so that the
 //     bottleneck's queue drains in about Drain. A further cut waits for the
 //     refractory time plus the delay still queued, and is skipped while the
 //     delay is falling: the last cut is still working.
-//   - Between Hold and the budget: hold.
+//   - Between Hold and the budget, loaded: ease off to MaxCut of what the
+//     link delivers, at most once per refractory time: holding a rate above
+//     the capacity would let the queue grow into the budget.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
-//     headroom left below Hold, but only GentleStep per second above 90 % of
-//     the capacity seen at the last bloat, for Memory after it.
+//     headroom left below Hold, but only GentleStep per second within 10 %
+//     of the capacity seen at the last bloat, for Memory after it.
 //   - Unloaded: drift towards base.
 type Budget struct {
 	cfg       BudgetConfig
@@ -154,21 +159,34 @@ func (b *Budget) Next(in Input) Proposal {
 	c := b.cfg
 	rate := in.Rate
 	o := in.Obs
-	delay := o.Delta
+	// The estimator's threshold is the budget plus one full-size packet's
+	// time at the current rate; the hold level moves up by the same amount,
+	// since at low rates that packet is the floor of the delay.
+	delay := o.Delta - serialisation(o, c.Budget)
 
-	if o.Bloat {
+	// A cut needs both verdicts: enough delayed samples in the window (fast)
+	// and the median across reflectors over the hold level (robust), or a
+	// median over the budget on its own.
+	if (o.Bloat && delay > c.Hold) || delay > c.Budget {
 		return b.cut(in)
 	}
 	if delay > c.Hold {
+		// Approaching the budget: a standing queue keeps growing while the
+		// rate holds above the capacity, so ease off a little.
+		if o.Load >= c.Loaded && (b.lastCut.IsZero() || in.Now.Sub(b.lastCut) >= c.Refractory+b.cutDelay) {
+			b.lastCut = in.Now
+			b.cutDelay = delay
+			return Proposal{Rate: in.Bounds.Clamp(delivered(in) * c.MaxCut), Reason: ReasonEase}
+		}
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	if o.Load >= c.Loaded {
-		headroom := 1 - float64(delay)/float64(c.Hold)
-		step := c.Step * headroom
-		if b.bloatRate > 0 && in.Now.Sub(b.bloatAt) < c.Memory && rate >= 0.9*b.bloatRate {
-			step = math.Min(step, c.GentleStep)
+		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
+		step := c.Step
+		if b.gentle(in) {
+			step = c.GentleStep
 		}
-		next := rate * (1 + step*dt)
+		next := rate * (1 + step*headroom*dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
 	base := in.Bounds.Base
@@ -181,11 +199,20 @@ func (b *Budget) Next(in Input) Proposal {
 	return Proposal{Rate: rate, Reason: ReasonHold}
 }
 
+// gentle reports whether rate is near the capacity seen at the last bloat
+// (within ±10 %, for Memory after it), where the policy rises only gently.
+func (b *Budget) gentle(in Input) bool {
+	if b.bloatRate <= 0 || in.Now.Sub(b.bloatAt) >= b.cfg.Memory {
+		return false
+	}
+	return in.Rate >= 0.9*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+}
+
 // cut handles a bloated observation.
 func (b *Budget) cut(in Input) Proposal {
 	c := b.cfg
 	o := in.Obs
-	delay := o.Delta
+	delay := o.Delta - serialisation(o, c.Budget)
 	hold := Proposal{Rate: in.Rate, Reason: ReasonHold}
 	if !b.lastCut.IsZero() {
 		since := in.Now.Sub(b.lastCut)
@@ -197,20 +224,38 @@ func (b *Budget) cut(in Input) Proposal {
 			return hold // draining: the last cut is working
 		}
 	}
-	// What the link delivers now.
-	capacity := in.Rate
-	if o.CapacityEstimate > 0 {
-		capacity = math.Min(capacity, o.CapacityEstimate)
-	} else if o.Achieved > 0 {
-		capacity = math.Min(capacity, o.Achieved)
-	}
+	capacity := delivered(in)
 	over := float64(delay-c.Hold) / float64(c.Drain)
 	factor := math.Min(math.Max(1-over, c.MinCut), c.MaxCut)
-	if b.lastCut.IsZero() || in.Now.Sub(b.lastCut) > c.Memory/4 {
-		b.bloatRate = capacity // a new episode: remember where it began
-	}
+	b.bloatRate = capacity
 	b.lastCut = in.Now
 	b.cutDelay = delay
 	b.bloatAt = in.Now
 	return Proposal{Rate: in.Bounds.Clamp(capacity * factor), Reason: ReasonBloat}
+}
+
+// serialisation is the part of the observation's threshold above the budget:
+// one full-size packet's time at the shaper's rate.
+func serialisation(o estimator.Observation, budget time.Duration) time.Duration {
+	if o.Threshold > budget {
+		return o.Threshold - budget
+	}
+	return 0
+}
+
+// delivered is what the link delivers now: the achieved rate, or CAKE's
+// capacity estimate when no rate was measured, and never more than the rate.
+//
+// On download the achieved rate (through the shaper) equals the bottleneck's
+// capacity exactly while the bottleneck holds a queue, which is when the
+// policy cuts; CAKE's estimate lags behind capacity drops (it falls by 1/256
+// per packet train), so it is only the fallback.
+func delivered(in Input) float64 {
+	switch o := in.Obs; {
+	case o.Achieved > 0:
+		return math.Min(in.Rate, o.Achieved)
+	case o.CapacityEstimate > 0:
+		return math.Min(in.Rate, o.CapacityEstimate)
+	}
+	return in.Rate
 }

@@ -45,6 +45,7 @@ const (
 	ReasonHold     Reason = "hold"     // no change wanted
 	ReasonBloat    Reason = "bloat"    // added delay over the threshold: cut
 	ReasonProbe    Reason = "probe_up" // loaded and within budget: raise
+	ReasonEase     Reason = "ease"     // delay nearing the budget: a small cut
 	ReasonDecay    Reason = "decay"    // low load: drift towards base
 	ReasonFixed    Reason = "fixed"    // a constant rate
 	ReasonIdle     Reason = "idle"     // the controller found the link idle

@@ -59,6 +59,7 @@ type flow struct {
 	wmax     float64 // packets, at the last reduction
 	epoch    int64   // ms of the last reduction
 	recover  int64   // no further reduction before this ms
+	minRTT   float64 // ms, for HyStart
 }
 
 // codel is the per-flow state of the shaper's AQM (CoDel as in CAKE's COBALT,
@@ -452,7 +453,18 @@ func (p *path) codel(now int64, i int32, ahead, back float64) {
 
 // onAck grows the window for a bytes acknowledged.
 func (f *flow) onAck(a float64, now int64, rttMs float64, reno bool) {
+	if f.minRTT == 0 || rttMs < f.minRTT {
+		f.minRTT = rttMs
+	}
 	if f.cwnd < f.ssthresh {
+		// HyStart (on by default in Linux CUBIC): leave slow start when the
+		// RTT has grown by an eighth of the minimum, clamped to [4, 16] ms.
+		if !reno && f.cwnd >= 16*PacketBytes && rttMs > f.minRTT+math.Min(math.Max(f.minRTT/8, 4), 16) {
+			f.ssthresh = f.cwnd
+			f.wmax = f.cwnd / PacketBytes
+			f.epoch = now
+			return
+		}
 		f.cwnd += a
 	} else if reno {
 		f.cwnd += PacketBytes * a / f.cwnd
