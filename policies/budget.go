@@ -70,7 +70,7 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 		c.Step = 1
 	}
 	if c.GentleStep == 0 {
-		c.GentleStep = 0.1
+		c.GentleStep = 0.03
 	}
 	if c.Memory == 0 {
 		c.Memory = 10 * time.Second
@@ -132,8 +132,10 @@ type Budget struct {
 	last      time.Time // previous call
 	lastCut   time.Time
 	cutDelay  time.Duration // the delay that triggered the last cut
-	bloatRate float64       // the capacity seen at the last bloat episode
+	bloatRate float64       // the capacity seen at the last cut
+	prevBloat float64       // and at the one before
 	bloatAt   time.Time
+	achieved  float64 // achieved rate smoothed over about 200ms
 }
 
 var _ Policy = (*Budget)(nil)
@@ -156,6 +158,13 @@ func (b *Budget) Next(in Input) Proposal {
 		dt = math.Min(math.Max(in.Now.Sub(b.last).Seconds(), 0), 1)
 	}
 	b.last = in.Now
+	// One 50 ms sample of the achieved rate can fall in a fade (nothing
+	// delivered for 100 ms is common on cellular links); what a cut aims at is
+	// the capacity of the last few hundred milliseconds.
+	if b.achieved == 0 {
+		b.achieved = in.Obs.Achieved
+	}
+	b.achieved += (in.Obs.Achieved - b.achieved) * math.Min(dt/0.2, 1)
 	c := b.cfg
 	rate := in.Rate
 	o := in.Obs
@@ -176,7 +185,7 @@ func (b *Budget) Next(in Input) Proposal {
 		if o.Load >= c.Loaded && (b.lastCut.IsZero() || in.Now.Sub(b.lastCut) >= c.Refractory+b.cutDelay) {
 			b.lastCut = in.Now
 			b.cutDelay = delay
-			return Proposal{Rate: in.Bounds.Clamp(delivered(in) * c.MaxCut), Reason: ReasonEase}
+			return Proposal{Rate: in.Bounds.Clamp(b.delivered(in) * c.MaxCut), Reason: ReasonEase}
 		}
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
@@ -201,8 +210,15 @@ func (b *Budget) Next(in Input) Proposal {
 
 // gentle reports whether rate is near the capacity seen at the last bloat
 // (within ±10 %, for Memory after it), where the policy rises only gently.
+// That applies only when the last two bloats agreed on the capacity (within
+// 10 %): a link that shows the same ceiling twice is likely to keep it, while
+// on a link whose capacity moves, such as a cellular one, the last ceiling
+// says little about the next.
 func (b *Budget) gentle(in Input) bool {
 	if b.bloatRate <= 0 || in.Now.Sub(b.bloatAt) >= b.cfg.Memory {
+		return false
+	}
+	if math.Abs(b.bloatRate-b.prevBloat) > 0.1*b.bloatRate {
 		return false
 	}
 	return in.Rate >= 0.9*b.bloatRate && in.Rate <= 1.1*b.bloatRate
@@ -224,14 +240,16 @@ func (b *Budget) cut(in Input) Proposal {
 			return hold // draining: the last cut is working
 		}
 	}
-	capacity := delivered(in)
+	capacity := b.delivered(in)
 	over := float64(delay-c.Hold) / float64(c.Drain)
 	factor := math.Min(math.Max(1-over, c.MinCut), c.MaxCut)
-	b.bloatRate = capacity
+	b.prevBloat, b.bloatRate = b.bloatRate, capacity
 	b.lastCut = in.Now
 	b.cutDelay = delay
 	b.bloatAt = in.Now
-	return Proposal{Rate: in.Bounds.Clamp(capacity * factor), Reason: ReasonBloat}
+	// Never more than MinCut of the rate in one step.
+	next := math.Max(capacity*factor, in.Rate*c.MinCut)
+	return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonBloat}
 }
 
 // serialisation is the part of the observation's threshold above the budget:
@@ -250,10 +268,10 @@ func serialisation(o estimator.Observation, budget time.Duration) time.Duration 
 // capacity exactly while the bottleneck holds a queue, which is when the
 // policy cuts; CAKE's estimate lags behind capacity drops (it falls by 1/256
 // per packet train), so it is only the fallback.
-func delivered(in Input) float64 {
+func (b *Budget) delivered(in Input) float64 {
 	switch o := in.Obs; {
-	case o.Achieved > 0:
-		return math.Min(in.Rate, o.Achieved)
+	case b.achieved > 0:
+		return math.Min(in.Rate, b.achieved)
 	case o.CapacityEstimate > 0:
 		return math.Min(in.Rate, o.CapacityEstimate)
 	}
