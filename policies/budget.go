@@ -120,9 +120,9 @@ func (c BudgetConfig) Validate() error {
 //     bottleneck's queue drains in about Drain. A further cut waits for the
 //     refractory time plus the delay still queued, and is skipped while the
 //     delay is falling: the last cut is still working.
-//   - Between Hold and the budget, loaded: ease off to MaxCut of what the
-//     link delivers, at most once per refractory time: holding a rate above
-//     the capacity would let the queue grow into the budget.
+//   - Between Hold and the budget: ease off to MaxCut of what the link
+//     delivers, at most once per refractory time: holding a rate above the
+//     capacity would let the queue grow into the budget.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
 //     headroom left below Hold, but only GentleStep per second within 10 %
 //     of the capacity seen at the last bloat, for Memory after it.
@@ -181,11 +181,21 @@ func (b *Budget) Next(in Input) Proposal {
 	}
 	if delay > c.Hold {
 		// Approaching the budget: a standing queue keeps growing while the
-		// rate holds above the capacity, so ease off a little.
-		if o.Load >= c.Loaded && (b.lastCut.IsZero() || in.Now.Sub(b.lastCut) >= c.Refractory+b.cutDelay) {
+		// rate holds above the capacity, so ease off to what gets through.
+		// Less getting through than the rate allows means the capacity has
+		// just fallen (or the traffic thinned): then the last tick's achieved
+		// rate is the better guide, however low, down to MinCut of the rate.
+		if b.lastCut.IsZero() || in.Now.Sub(b.lastCut) >= c.Refractory+b.cutDelay {
+			ref := b.delivered(in)
+			floor := rate * c.MinCut
+			if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
+				ref = math.Min(ref, o.Achieved)
+				floor = 0
+			}
 			b.lastCut = in.Now
 			b.cutDelay = delay
-			return Proposal{Rate: in.Bounds.Clamp(b.delivered(in) * c.MaxCut), Reason: ReasonEase}
+			next := math.Max(ref*c.MaxCut, floor)
+			return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
 		}
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
@@ -210,7 +220,7 @@ func (b *Budget) Next(in Input) Proposal {
 
 // gentle reports whether rate is near the capacity seen at the last bloat
 // (within ±10 %, for Memory after it), where the policy rises only gently.
-// That applies only when the last two bloats agreed on the capacity (within
+// That applies only when the last two cuts agreed on the capacity (within
 // 10 %): a link that shows the same ceiling twice is likely to keep it, while
 // on a link whose capacity moves, such as a cellular one, the last ceiling
 // says little about the next.
@@ -236,8 +246,10 @@ func (b *Budget) cut(in Input) Proposal {
 		if since < wait {
 			return hold
 		}
-		if since < 2*wait && delay < b.cutDelay*8/10 {
-			return hold // draining: the last cut is working
+		if since < 2*wait && delay <= b.cutDelay {
+			// Not growing: the last cut is working; the delay signal lags the
+			// queue by a round trip and the probe interval.
+			return hold
 		}
 	}
 	capacity := b.delivered(in)
