@@ -109,7 +109,7 @@ type path struct {
 
 	wait float64 // this ms: the bottleneck's FIFO wait beyond an empty queue's, ms
 	// empty is the wait an empty bottleneck would give this ms.
-	empty float64
+	empty   float64
 	scratch []int64
 }
 

@@ -185,7 +185,7 @@ type Result struct {
 	// ReactionS is, for schedules with a capacity drop, the longest time from a
 	// drop until the added delay is back under the budget and stays there for
 	// 2 s; Reactions lists each drop's.
-	ReactionS *float64 `json:"reaction_s,omitempty"`
+	ReactionS *float64  `json:"reaction_s,omitempty"`
 	Reactions []float64 `json:"reactions_s,omitempty"`
 	// WorstDelayMs is the largest added delay after each drop.
 	WorstDelayMs []float64 `json:"worst_delay_ms,omitempty"`
