@@ -181,6 +181,7 @@ type Controller struct {
 	since     time.Time // when the current state began
 	quietFrom time.Time // start of the current unloaded stretch (zero: loaded)
 	noRaise   time.Time // no increases before this instant
+	probeFrom time.Time // probes (re)started: answers older than this do not count
 	lastObs   [2]estimator.Observation
 }
 
@@ -303,6 +304,9 @@ func (c *Controller) updateState(now time.Time, obs [2]estimator.Observation) {
 // stalled reports whether no probe answer has been sent within StallAfter.
 // A link that has never been answered counts from the state's start.
 func (c *Controller) stalled(now, last time.Time) bool {
+	if last.Before(c.probeFrom) {
+		last = c.probeFrom
+	}
 	if last.IsZero() {
 		last = c.since
 		if last.IsZero() {
@@ -320,6 +324,9 @@ func (c *Controller) enter(s State, now time.Time) {
 	if c.prober != nil && (s == Idle || c.state == Idle) {
 		c.prober.SetIdle(s == Idle)
 	}
+	if c.state == Idle {
+		c.probeFrom = now // probing resumes: give it StallAfter to answer
+	}
 	c.state = s
 	c.since = now
 }
@@ -332,7 +339,9 @@ func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Ob
 	case Idle:
 		base := dc.Bounds.Base
 		step := (base - cur) * c.cfg.IdleStep
-		if math.Abs(base-cur) < 0.01*base {
+		// Snap to base when close, or when the step would round away to
+		// nothing (whole kbit/s are written).
+		if d := math.Abs(base - cur); d < 0.01*base || d*c.cfg.IdleStep < 1000 {
 			return base, policies.ReasonIdle
 		}
 		return cur + step, policies.ReasonIdle

@@ -29,7 +29,7 @@ type BudgetConfig struct {
 	// Step is the largest rise per second, as a fraction of the rate, default
 	// 1 (+100 %/s), reached with the whole headroom below Hold and a quarter
 	// of it at Hold. Near a rate where bloat was recently seen the rise is
-	// GentleStep per second, default 0.1.
+	// GentleStep per second, default 0.03.
 	Step, GentleStep float64
 	// Memory is how long a rate where bloat was seen stays remembered, default
 	// 10s.

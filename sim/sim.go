@@ -435,7 +435,8 @@ func DefaultBounds(t *Trace, d time.Duration) policies.Bounds {
 	mean := t.MeanRate(d)
 	peak := t.PeakRate(d)
 	b := policies.Bounds{Min: math.Max(0.1*mean, 64e3), Base: mean, Max: math.Max(1.1*peak, mean)}
-	b.Base = math.Max(b.Base, b.Min)
+	b.Max = math.Max(b.Max, b.Min)
+	b.Base = math.Min(math.Max(b.Base, b.Min), b.Max)
 	return b
 }
 

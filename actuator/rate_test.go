@@ -1,0 +1,92 @@
+package actuator_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/autoshape/autoshape/actuator"
+)
+
+func TestParseRate(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    float64
+		wantErr string
+	}{
+		{in: "850kbit", want: 850_000},
+		{in: "20mbit", want: 20e6},
+		{in: "1.5gbit", want: 1.5e9},
+		{in: "1000", want: 1000},
+		{in: "20Mbit", want: 20e6},
+		{in: "20MBIT", want: 20e6},
+		{in: " 20 mbit ", want: 20e6},
+		{in: "64kbps", want: 64e3},
+		{in: "100mbps", want: 100e6},
+		{in: "2gbps", want: 2e9},
+		{in: "512bit", want: 512},
+		{in: "512bps", want: 512},
+		{in: "0", want: 0},
+		{in: "1e3kbit", want: 1e6},
+		{in: "", wantErr: "empty rate"},
+		{in: "   ", wantErr: "empty rate"},
+		{in: "abc", wantErr: `invalid rate "abc"`},
+		{in: "mbit", wantErr: `invalid rate "mbit"`},
+		{in: "20 megabit", wantErr: `invalid rate "20 megabit"`},
+		{in: "-5mbit", wantErr: `invalid rate "-5mbit": negative`},
+		{in: "NaN", wantErr: `invalid rate "NaN"`},
+		{in: "inf", wantErr: `invalid rate "inf"`},
+		{in: "+Infmbit", wantErr: `invalid rate "+Infmbit"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := actuator.ParseRate(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("ParseRate(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseRate(%q) failed: %v", tt.in, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseRate(%q) mismatch (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+func TestFormatRate(t *testing.T) {
+	tests := []struct {
+		bps  float64
+		want string
+	}{
+		{bps: 20e6, want: "20mbit"},
+		{bps: 850e3, want: "850kbit"},
+		{bps: 1.5e9, want: "1.5gbit"},
+		{bps: 12.5e6, want: "12.5mbit"},
+		{bps: 1e3, want: "1kbit"},
+		{bps: 999, want: "999bit"},
+		{bps: 0, want: "0bit"},
+		{bps: 1e9, want: "1gbit"},
+		{bps: 10e9, want: "10gbit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			got := actuator.FormatRate(tt.bps)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("FormatRate(%v) mismatch (-want +got):\n%s", tt.bps, diff)
+			}
+			// What FormatRate prints, ParseRate reads back.
+			back, err := actuator.ParseRate(got)
+			if err != nil {
+				t.Fatalf("ParseRate(%q) failed: %v", got, err)
+			}
+			if back != tt.bps {
+				t.Errorf("ParseRate(FormatRate(%v)) = %v", tt.bps, back)
+			}
+		})
+	}
+}

@@ -1,0 +1,788 @@
+package policies_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+)
+
+// budgetStart is the fixed instant the Budget policy tests count from.
+var budgetStart = time.Date(2024, 3, 1, 8, 0, 0, 0, time.UTC)
+
+// defaultBudget is the latency budget of DefaultBudgetConfig(0), and the
+// observations' threshold unless a step sets one: no serialisation time.
+const defaultBudget = 15 * time.Millisecond
+
+// millis returns v milliseconds.
+func millis(v float64) time.Duration {
+	return time.Duration(v * float64(time.Millisecond))
+}
+
+// A budgetStep is one controller tick fed to the Budget policy.
+type budgetStep struct {
+	at    time.Duration // since budgetStart
+	rate  float64       // the shaper's rate
+	delta time.Duration // the median added delay
+	bloat bool          // the estimator's bloat verdict
+	// achieved and load are the tick's achieved rate and load ratio.
+	achieved, load float64
+	capacity       float64       // CAKE's estimate, 0 for none
+	threshold      time.Duration // defaultBudget when zero
+}
+
+// runBudget feeds steps in order to one Budget policy built from cfg and
+// returns its proposals.
+func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, steps []budgetStep) []policies.Proposal {
+	t.Helper()
+	p, err := policies.NewBudget(cfg)
+	if err != nil {
+		t.Fatalf("NewBudget(%+v): %v", cfg, err)
+	}
+	var got []policies.Proposal
+	for _, s := range steps {
+		threshold := s.threshold
+		if threshold == 0 {
+			threshold = defaultBudget
+		}
+		now := budgetStart.Add(s.at)
+		got = append(got, p.Next(policies.Input{
+			Now: now,
+			Obs: estimator.Observation{
+				Time:             now,
+				Delta:            s.delta,
+				Threshold:        threshold,
+				Bloat:            s.bloat,
+				Achieved:         s.achieved,
+				ShaperRate:       s.rate,
+				Load:             s.load,
+				CapacityEstimate: s.capacity,
+				Reflectors:       3,
+			},
+			Rate:   s.rate,
+			Bounds: bounds,
+		}))
+	}
+	return got
+}
+
+// A budgetCase is one sequence of ticks and the proposals it must produce.
+type budgetCase struct {
+	name   string
+	cfg    policies.BudgetConfig // zero: the defaults for a 15ms budget
+	bounds policies.Bounds       // wideBounds when zero
+	steps  []budgetStep
+	want   []policies.Proposal
+}
+
+// wideBounds leave every rate in the tests unclamped, with a base of 20 Mbit/s.
+var wideBounds = policies.Bounds{Min: 1e6, Base: 20e6, Max: 1e9}
+
+func runBudgetCases(t *testing.T, tests []budgetCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bounds := tt.bounds
+			if bounds == (policies.Bounds{}) {
+				bounds = wideBounds
+			}
+			got := runBudget(t, tt.cfg, bounds, tt.steps)
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(1e-9, 1e-3)); diff != "" {
+				t.Errorf("proposals mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+const (
+	reasonHold  = policies.ReasonHold
+	reasonBloat = policies.ReasonBloat
+	reasonEase  = policies.ReasonEase
+	reasonProbe = policies.ReasonProbe
+	reasonDecay = policies.ReasonDecay
+)
+
+func TestBudgetName(t *testing.T) {
+	p, err := policies.NewBudget(policies.BudgetConfig{})
+	if err != nil {
+		t.Fatalf("NewBudget: %v", err)
+	}
+	if diff := cmp.Diff("budget", p.Name()); diff != "" {
+		t.Errorf("Name() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestDefaultBudgetConfig(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget time.Duration
+		want   policies.BudgetConfig
+	}{
+		{
+			name:   "15ms",
+			budget: 15 * time.Millisecond,
+			want: policies.BudgetConfig{
+				Budget:     15 * time.Millisecond,
+				Hold:       7500 * time.Microsecond,
+				Drain:      300 * time.Millisecond,
+				MinCut:     0.5,
+				MaxCut:     0.95,
+				Refractory: 250 * time.Millisecond,
+				Step:       1,
+				// The doc comment of BudgetConfig.GentleStep says 0.1; the
+				// code (since commit 431ad21) says 0.03.
+				GentleStep: 0.03,
+				Memory:     10 * time.Second,
+				Loaded:     0.9,
+				Decay:      0.02,
+			},
+		},
+		{
+			name:   "zero is 15ms",
+			budget: 0,
+			want: policies.BudgetConfig{
+				Budget: 15 * time.Millisecond, Hold: 7500 * time.Microsecond, Drain: 300 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
+				Memory: 10 * time.Second, Loaded: 0.9, Decay: 0.02,
+			},
+		},
+		{
+			name:   "40ms scales hold and drain only",
+			budget: 40 * time.Millisecond,
+			want: policies.BudgetConfig{
+				Budget: 40 * time.Millisecond, Hold: 20 * time.Millisecond, Drain: 800 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
+				Memory: 10 * time.Second, Loaded: 0.9, Decay: 0.02,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := policies.DefaultBudgetConfig(tt.budget)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("DefaultBudgetConfig(%v) mismatch (-want +got):\n%s", tt.budget, diff)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate() of the defaults: %v", err)
+			}
+		})
+	}
+}
+
+func TestNewBudget(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name string
+		cfg  policies.BudgetConfig
+		// field is what the error must mention; empty when valid.
+		field string
+	}{
+		{name: "zero config", cfg: policies.BudgetConfig{}},
+		{name: "budget only", cfg: policies.BudgetConfig{Budget: 30 * ms}},
+		{name: "hold equal to budget", cfg: policies.BudgetConfig{Budget: 10 * ms, Hold: 10 * ms}},
+		{name: "min cut equal to max cut", cfg: policies.BudgetConfig{MinCut: 0.8, MaxCut: 0.8}},
+		{name: "gentle step equal to step", cfg: policies.BudgetConfig{Step: 0.5, GentleStep: 0.5}},
+		{name: "loaded 1", cfg: policies.BudgetConfig{Loaded: 1}},
+		{name: "negative budget", cfg: policies.BudgetConfig{Budget: -ms}, field: "policy: budget"},
+		{name: "hold above budget", cfg: policies.BudgetConfig{Budget: 10 * ms, Hold: 11 * ms}, field: "hold"},
+		{name: "negative hold", cfg: policies.BudgetConfig{Hold: -ms}, field: "hold"},
+		{name: "negative drain", cfg: policies.BudgetConfig{Drain: -ms}, field: "drain"},
+		{name: "min cut above max cut", cfg: policies.BudgetConfig{MinCut: 0.9, MaxCut: 0.8}, field: "min_cut"},
+		{name: "max cut 1", cfg: policies.BudgetConfig{MaxCut: 1}, field: "max_cut"},
+		{name: "max cut above 1", cfg: policies.BudgetConfig{MaxCut: 1.2}, field: "max_cut"},
+		{name: "negative min cut", cfg: policies.BudgetConfig{MinCut: -0.1}, field: "min_cut"},
+		{name: "negative refractory", cfg: policies.BudgetConfig{Refractory: -ms}, field: "refractory"},
+		{name: "gentle step above step", cfg: policies.BudgetConfig{Step: 0.5, GentleStep: 0.6}, field: "gentle_step"},
+		{name: "step above 10", cfg: policies.BudgetConfig{Step: 11}, field: "step ("},
+		{name: "negative memory", cfg: policies.BudgetConfig{Memory: -ms}, field: "memory"},
+		{name: "loaded above 1", cfg: policies.BudgetConfig{Loaded: 1.5}, field: "loaded"},
+		{name: "negative loaded", cfg: policies.BudgetConfig{Loaded: -0.1}, field: "loaded"},
+		{name: "loaded NaN", cfg: policies.BudgetConfig{Loaded: math.NaN()}, field: "loaded"},
+		{name: "decay 1", cfg: policies.BudgetConfig{Decay: 1}, field: "decay"},
+		{name: "negative decay", cfg: policies.BudgetConfig{Decay: -0.02}, field: "decay"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := policies.NewBudget(tt.cfg)
+			if tt.field == "" {
+				if err != nil || p == nil {
+					t.Fatalf("NewBudget(%+v) = %v, %v; want a policy and no error", tt.cfg, p, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("NewBudget(%+v) succeeded; want an error naming %s", tt.cfg, tt.field)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("NewBudget(%+v) error %q does not name %s", tt.cfg, err, tt.field)
+			}
+			if verr := tt.cfg.Validate(); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Validate() = %v; want the error of NewBudget, %v", verr, err)
+			}
+		})
+	}
+}
+
+// TestBudgetCut checks the cut on bloat: to capacity*factor, with factor =
+// clamp(1-(delay-Hold)/Drain, MinCut, MaxCut), never below MinCut of the rate.
+// Hold is 7.5ms and Drain 300ms throughout.
+func TestBudgetCut(t *testing.T) {
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "drains the excess in Drain",
+			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}},
+			// factor 1 - 60/300 = 0.8 of the achieved 40 Mbit/s.
+			want: []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "half a drain over hold halves",
+			steps: []budgetStep{{rate: 20e6, delta: millis(157.5), bloat: true, achieved: 20e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 10e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "just over hold cuts by MaxCut",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8}},
+			want:  []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "far over hold cuts by MinCut",
+			steps: []budgetStep{{rate: 40e6, delta: millis(907.5), bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "never below MinCut of the rate",
+			steps: []budgetStep{{rate: 50e6, delta: millis(157.5), bloat: true, achieved: 10e6, load: 0.2}},
+			// 0.5 * 10 Mbit/s would be 5 Mbit/s.
+			want: []policies.Proposal{{Rate: 25e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "achieved above the rate counts as the rate",
+			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 60e6, load: 1.2}},
+			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "no achieved rate: CAKE's estimate",
+			steps: []budgetStep{{rate: 40e6, delta: millis(67.5), bloat: true, capacity: 30e6}},
+			want:  []policies.Proposal{{Rate: 24e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "achieved rate before CAKE's estimate",
+			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8, capacity: 30e6}},
+			want:  []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "nothing measured: the rate",
+			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true}},
+			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "median over the budget cuts without the bloat verdict",
+			steps: []budgetStep{{rate: 50e6, delta: millis(37.5), achieved: 40e6, load: 0.8}},
+			// factor 1 - 30/300 = 0.9.
+			want: []policies.Proposal{{Rate: 36e6, Reason: reasonBloat}},
+		},
+		{
+			name: "capacity is the achieved rate smoothed over 200ms",
+			steps: []budgetStep{
+				{rate: 40e6, achieved: 40e6, load: 1},
+				// 50ms later: 40 + (20-40)*50/200 = 35 Mbit/s.
+				{at: 50 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 20e6, load: 0.5},
+			},
+			want: []policies.Proposal{
+				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 28e6, Reason: reasonBloat},
+			},
+		},
+		{
+			name: "a gap of 200ms or more takes the new achieved rate",
+			steps: []budgetStep{
+				{rate: 40e6, achieved: 40e6, load: 1},
+				{at: 200 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 30e6, load: 0.75},
+			},
+			want: []policies.Proposal{
+				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 24e6, Reason: reasonBloat},
+			},
+		},
+	})
+}
+
+// TestBudgetRefractory checks the wait between cuts: Refractory (250ms) plus
+// the delay that triggered the last cut; between the wait and twice the wait a
+// cut repeats only while the delay grows.
+func TestBudgetRefractory(t *testing.T) {
+	// A cut at 0 with 67.5ms queued: the wait is 317.5ms, twice that 635ms.
+	first := budgetStep{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}
+	firstCut := policies.Proposal{Rate: 32e6, Reason: reasonBloat}
+	bloated := func(at, delta time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 32e6, delta: delta, bloat: true, achieved: 40e6, load: 1.25}
+	}
+	hold := policies.Proposal{Rate: 32e6, Reason: reasonHold}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "within the wait holds even if the delay grew",
+			steps: []budgetStep{first, bloated(millis(317.4), 200*time.Millisecond)},
+			want:  []policies.Proposal{firstCut, hold},
+		},
+		{
+			name:  "after the wait a growing delay cuts",
+			steps: []budgetStep{first, bloated(millis(317.5), millis(97.5))},
+			// capacity min(32, 40) Mbit/s, factor 1 - 90/300 = 0.7.
+			want: []policies.Proposal{firstCut, {Rate: 22.4e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "between the wait and twice it the same delay holds",
+			steps: []budgetStep{first, bloated(400*time.Millisecond, millis(67.5))},
+			want:  []policies.Proposal{firstCut, hold},
+		},
+		{
+			name:  "between the wait and twice it a falling delay holds",
+			steps: []budgetStep{first, bloated(634*time.Millisecond, 50*time.Millisecond)},
+			want:  []policies.Proposal{firstCut, hold},
+		},
+		{
+			name:  "after twice the wait the same delay cuts",
+			steps: []budgetStep{first, bloated(635*time.Millisecond, millis(67.5))},
+			want:  []policies.Proposal{firstCut, {Rate: 25.6e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "after twice the wait a falling delay cuts",
+			steps: []budgetStep{first, bloated(700*time.Millisecond, millis(37.5))},
+			// factor 1 - 30/300 = 0.9 of 32 Mbit/s.
+			want: []policies.Proposal{firstCut, {Rate: 28.8e6, Reason: reasonBloat}},
+		},
+		{
+			name: "the wait grows with the delay of the last cut",
+			steps: []budgetStep{
+				first,
+				bloated(millis(317.5), millis(97.5)),
+				// The wait is now 250 + 97.5ms after 317.5ms: until 665ms.
+				bloated(millis(664.9), 200*time.Millisecond),
+				bloated(665*time.Millisecond, 150*time.Millisecond),
+			},
+			want: []policies.Proposal{
+				firstCut,
+				{Rate: 22.4e6, Reason: reasonBloat},
+				hold,
+				// factor 1 - 142.5/300 = 0.525, capacity 32 Mbit/s.
+				{Rate: 16.8e6, Reason: reasonBloat},
+			},
+		},
+		{
+			name: "an ease starts the wait too",
+			steps: []budgetStep{
+				// An ease with 10ms queued: the wait is 260ms.
+				{rate: 40e6, delta: 10 * time.Millisecond, achieved: 40e6, load: 1},
+				{at: 259 * time.Millisecond, rate: 38e6, delta: millis(67.5), bloat: true, achieved: 38e6, load: 1},
+				{at: 260 * time.Millisecond, rate: 38e6, delta: millis(67.5), bloat: true, achieved: 38e6, load: 1},
+			},
+			want: []policies.Proposal{
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 38e6, Reason: reasonHold},
+				// 259ms after the ease the achieved 38 Mbit/s is taken as it is.
+				{Rate: 30.4e6, Reason: reasonBloat},
+			},
+		},
+	})
+}
+
+// TestBudgetEase checks the ease between Hold (7.5ms) and the budget (15ms):
+// down to MaxCut of what the link delivers, at most once per wait.
+func TestBudgetEase(t *testing.T) {
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "loaded: MaxCut of the achieved rate",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 45e6, load: 0.9}},
+			want:  []policies.Proposal{{Rate: 42.75e6, Reason: reasonEase}},
+		},
+		{
+			name:  "at the budget still eases",
+			steps: []budgetStep{{rate: 50e6, delta: defaultBudget, achieved: 50e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 47.5e6, Reason: reasonEase}},
+		},
+		{
+			name:  "achieved above the rate: MaxCut of the rate",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 60e6, load: 1.2}},
+			want:  []policies.Proposal{{Rate: 47.5e6, Reason: reasonEase}},
+		},
+		{
+			name:  "capacity step goes straight to the achieved rate",
+			steps: []budgetStep{{rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25}},
+			// No MinCut floor: 0.95 * 10 Mbit/s, not 20 Mbit/s.
+			want: []policies.Proposal{{Rate: 9.5e6, Reason: reasonEase}},
+		},
+		{
+			name: "capacity step uses the tick's achieved rate, not the smoothed one",
+			steps: []budgetStep{
+				{rate: 40e6, achieved: 40e6, load: 1},
+				// Smoothed: 40 + (10-40)*50/200 = 32.5 Mbit/s.
+				{at: 50 * time.Millisecond, rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25},
+			},
+			want: []policies.Proposal{
+				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 9.5e6, Reason: reasonEase},
+			},
+		},
+		{
+			name: "loaded uses the smoothed achieved rate",
+			steps: []budgetStep{
+				{rate: 40e6, achieved: 40e6, load: 1},
+				// Smoothed: 40 + (36-40)*50/200 = 39 Mbit/s.
+				{at: 50 * time.Millisecond, rate: 40e6, delta: 10 * time.Millisecond, achieved: 36e6, load: 0.9},
+			},
+			want: []policies.Proposal{
+				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 37.05e6, Reason: reasonEase},
+			},
+		},
+		{
+			name:  "traffic under a fifth of the rate: at most MinCut",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 8e6, load: 0.16}},
+			want:  []policies.Proposal{{Rate: 25e6, Reason: reasonEase}},
+		},
+		{
+			name:  "CAKE's estimate far below: at most MinCut",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, capacity: 10e6}},
+			want:  []policies.Proposal{{Rate: 25e6, Reason: reasonEase}},
+		},
+		{
+			name: "at most once per wait",
+			steps: []budgetStep{
+				// 10ms queued: the wait is 260ms.
+				{rate: 50e6, delta: 10 * time.Millisecond, achieved: 50e6, load: 1},
+				{at: 100 * time.Millisecond, rate: 47.5e6, delta: 10 * time.Millisecond, achieved: 47.5e6, load: 1},
+				{at: 259 * time.Millisecond, rate: 47.5e6, delta: 12 * time.Millisecond, achieved: 47.5e6, load: 1},
+				{at: 260 * time.Millisecond, rate: 47.5e6, delta: 12 * time.Millisecond, achieved: 47.5e6, load: 1},
+			},
+			want: []policies.Proposal{
+				{Rate: 47.5e6, Reason: reasonEase},
+				{Rate: 47.5e6, Reason: reasonHold},
+				{Rate: 47.5e6, Reason: reasonHold},
+				{Rate: 45.125e6, Reason: reasonEase},
+			},
+		},
+	})
+}
+
+// TestBudgetProbe checks the rise when loaded and under Hold: Step (1/s) times
+// the headroom below Hold (at least a quarter) times the time since the last
+// call, GentleStep (0.03/s) near a ceiling two cuts agreed on.
+func TestBudgetProbe(t *testing.T) {
+	probe := func(at time.Duration, rate float64) budgetStep {
+		return budgetStep{at: at, rate: rate, achieved: rate, load: 1}
+	}
+	// Two cuts that saw 40 Mbit/s: at 0 and, the delay not growing, after
+	// twice the wait (317.5ms).
+	ceiling := []budgetStep{
+		{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
+		{at: 635 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 1},
+	}
+	ceilingCuts := []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}, {Rate: 32e6, Reason: reasonBloat}}
+	after := func(steps []budgetStep, more ...budgetStep) []budgetStep {
+		return append(append([]budgetStep(nil), steps...), more...)
+	}
+	then := func(ps []policies.Proposal, more ...policies.Proposal) []policies.Proposal {
+		return append(append([]policies.Proposal(nil), ps...), more...)
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "first call assumes 50ms",
+			steps: []budgetStep{probe(0, 40e6)},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "rise over the time since the previous call",
+			steps: []budgetStep{probe(0, 40e6), probe(100*time.Millisecond, 42e6)},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 46.2e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "a gap counts as at most one second",
+			steps: []budgetStep{probe(0, 40e6), probe(5*time.Second, 10e6)},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 20e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "time going back raises nothing",
+			steps: []budgetStep{probe(time.Second, 40e6), probe(900*time.Millisecond, 42e6)},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 42e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "half the headroom, half the rise",
+			steps: []budgetStep{{rate: 40e6, delta: millis(3.75), achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "at hold a quarter of the rise",
+			steps: []budgetStep{{rate: 40e6, delta: millis(7.5), achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "near hold no less than a quarter",
+			steps: []budgetStep{{rate: 40e6, delta: 7 * time.Millisecond, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "load at Loaded rises",
+			steps: []budgetStep{{rate: 40e6, achieved: 36e6, load: 0.9}},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "load under Loaded decays instead",
+			steps: []budgetStep{{rate: 40e6, achieved: 35.6e6, load: 0.89}},
+			want:  []policies.Proposal{{Rate: 40e6 * (1 - 0.02*0.05), Reason: reasonDecay}},
+		},
+		{
+			name:  "custom Step",
+			cfg:   policies.BudgetConfig{Step: 2},
+			steps: []budgetStep{probe(0, 40e6)},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "gently at a ceiling two cuts agreed on",
+			steps: after(ceiling, probe(735*time.Millisecond, 40e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.03*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "gently within 10 % above the ceiling",
+			steps: after(ceiling, probe(735*time.Millisecond, 43.9e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + 0.03*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "fast more than 10 % below the ceiling",
+			steps: after(ceiling, probe(735*time.Millisecond, 30e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 33e6, Reason: reasonProbe}),
+		},
+		{
+			name:  "fast more than 10 % above the ceiling",
+			steps: after(ceiling, probe(735*time.Millisecond, 45e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 49.5e6, Reason: reasonProbe}),
+		},
+		{
+			name: "fast again after Memory",
+			steps: after(ceiling,
+				budgetStep{at: 10535 * time.Millisecond, rate: 40e6, achieved: 4e6, load: 0.1},
+				probe(10635*time.Millisecond, 40e6),
+			),
+			want: then(ceilingCuts,
+				// 9.9s since the previous call count as one.
+				policies.Proposal{Rate: 39.2e6, Reason: reasonDecay},
+				policies.Proposal{Rate: 44e6, Reason: reasonProbe},
+			),
+		},
+		{
+			name: "gently when the cuts agreed within 10 %",
+			steps: []budgetStep{
+				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
+				// A gap over 200ms: the achieved rate is taken as it is.
+				{at: 635 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 37e6, load: 0.925},
+				probe(735*time.Millisecond, 38e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 32e6, Reason: reasonBloat},
+				{Rate: 29.6e6, Reason: reasonBloat},
+				{Rate: 38e6 * (1 + 0.03*0.1), Reason: reasonProbe},
+			},
+		},
+		{
+			name: "fast when the cuts disagreed, as on a cellular link",
+			steps: []budgetStep{
+				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
+				{at: 635 * time.Millisecond, rate: 30e6, delta: millis(67.5), bloat: true, achieved: 20e6, load: 0.67},
+				probe(735*time.Millisecond, 20e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 32e6, Reason: reasonBloat},
+				{Rate: 16e6, Reason: reasonBloat},
+				{Rate: 22e6, Reason: reasonProbe},
+			},
+		},
+		{
+			name: "fast after a single cut",
+			steps: []budgetStep{
+				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
+				probe(100*time.Millisecond, 40e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 32e6, Reason: reasonBloat},
+				{Rate: 44e6, Reason: reasonProbe},
+			},
+		},
+	})
+}
+
+// TestBudgetSerialisation checks that the part of the threshold above the
+// budget, one packet's time on a slow link, is taken off the delay.
+func TestBudgetSerialisation(t *testing.T) {
+	slow := defaultBudget + 12*time.Millisecond
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "15ms on a slow link is under hold: probe",
+			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
+			// 3ms left of 7.5ms: headroom 0.6.
+			want: []policies.Proposal{{Rate: 2e6 * (1 + 0.6*0.05), Reason: reasonProbe}},
+		},
+		{
+			name:  "15ms with the bloat verdict on a slow link: probe",
+			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, bloat: true, achieved: 2e6, load: 1, threshold: slow}},
+			want:  []policies.Proposal{{Rate: 2e6 * (1 + 0.6*0.05), Reason: reasonProbe}},
+		},
+		{
+			name:  "15ms without serialisation: ease",
+			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, achieved: 2e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 1.9e6, Reason: reasonEase}},
+		},
+		{
+			name:  "between hold and budget after serialisation: ease",
+			steps: []budgetStep{{rate: 2e6, delta: 25 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
+			want:  []policies.Proposal{{Rate: 1.9e6, Reason: reasonEase}},
+		},
+		{
+			name:  "over the budget after serialisation: cut",
+			steps: []budgetStep{{rate: 2e6, delta: 42 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
+			// 30ms: factor 1 - 22.5/300 = 0.925.
+			want: []policies.Proposal{{Rate: 1.85e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "bloat factor from the delay less serialisation",
+			steps: []budgetStep{{rate: 2e6, delta: millis(79.5), bloat: true, achieved: 2e6, load: 1, threshold: slow}},
+			want:  []policies.Proposal{{Rate: 1.6e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "a threshold under the budget adds nothing",
+			steps: []budgetStep{{rate: 2e6, delta: 10 * time.Millisecond, achieved: 2e6, load: 1, threshold: 5 * time.Millisecond}},
+			want:  []policies.Proposal{{Rate: 1.9e6, Reason: reasonEase}},
+		},
+	})
+}
+
+// TestBudgetDecay checks the drift towards base (20 Mbit/s) when unloaded:
+// Decay (0.02/s) times the time since the last call, never past base.
+func TestBudgetDecay(t *testing.T) {
+	idle := func(at time.Duration, rate float64) budgetStep {
+		return budgetStep{at: at, rate: rate}
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "down from above",
+			steps: []budgetStep{idle(0, 40e6)},
+			want:  []policies.Proposal{{Rate: 39.96e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "up from below",
+			steps: []budgetStep{idle(0, 10e6)},
+			want:  []policies.Proposal{{Rate: 10.01e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "over the time since the previous call",
+			steps: []budgetStep{idle(0, 40e6), idle(500*time.Millisecond, 40e6), idle(time.Second, 10e6)},
+			want: []policies.Proposal{
+				{Rate: 39.96e6, Reason: reasonDecay},
+				{Rate: 39.6e6, Reason: reasonDecay},
+				{Rate: 10.1e6, Reason: reasonDecay},
+			},
+		},
+		{
+			name:  "not past base from above",
+			steps: []budgetStep{idle(0, 20.01e6)},
+			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "not past base from below",
+			steps: []budgetStep{idle(0, 19.99e6)},
+			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "at base holds",
+			steps: []budgetStep{idle(0, 20e6)},
+			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonHold}},
+		},
+		{
+			name:  "light load decays too",
+			steps: []budgetStep{{rate: 40e6, achieved: 20e6, load: 0.5}},
+			want:  []policies.Proposal{{Rate: 39.96e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "custom Decay",
+			cfg:   policies.BudgetConfig{Decay: 0.1},
+			steps: []budgetStep{idle(0, 40e6), idle(time.Second, 40e6)},
+			want:  []policies.Proposal{{Rate: 39.8e6, Reason: reasonDecay}, {Rate: 36e6, Reason: reasonDecay}},
+		},
+	})
+}
+
+// TestBudgetBounds checks that every rate the policy computes is clamped into
+// [Min, Max].
+func TestBudgetBounds(t *testing.T) {
+	bounds := policies.Bounds{Min: 12e6, Base: 20e6, Max: 100e6}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:   "probe above max",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 99e6, achieved: 99e6, load: 1}},
+			want:   []policies.Proposal{{Rate: 100e6, Reason: reasonProbe}},
+		},
+		{
+			name:   "probe at max",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 100e6, achieved: 100e6, load: 1}},
+			want:   []policies.Proposal{{Rate: 100e6, Reason: reasonProbe}},
+		},
+		{
+			name:   "cut below min",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 20e6, delta: millis(157.5), bloat: true, achieved: 20e6, load: 1}},
+			want:   []policies.Proposal{{Rate: 12e6, Reason: reasonBloat}},
+		},
+		{
+			name:   "ease below min",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25}},
+			want:   []policies.Proposal{{Rate: 12e6, Reason: reasonEase}},
+		},
+		{
+			name:   "ease from above max",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 120e6, delta: 10 * time.Millisecond, achieved: 110e6, load: 0.92}},
+			want:   []policies.Proposal{{Rate: 100e6, Reason: reasonEase}},
+		},
+		{
+			name:   "within bounds untouched",
+			bounds: bounds,
+			steps:  []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}},
+			want:   []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
+		},
+	})
+}
+
+// TestBudgetNeedsBothVerdicts checks that a bloat verdict from a few delayed
+// samples (one noisy reflector) cuts only when the median across reflectors is
+// over Hold as well.
+func TestBudgetNeedsBothVerdicts(t *testing.T) {
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "bloat with the median under hold: probe",
+			steps: []budgetStep{{rate: 40e6, delta: millis(3.75), bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "bloat with the median at hold: probe",
+			steps: []budgetStep{{rate: 40e6, delta: millis(7.5), bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+		},
+		{
+			name:  "bloat with no added delay, unloaded: decay",
+			steps: []budgetStep{{rate: 40e6, bloat: true, achieved: 8e6, load: 0.2}},
+			want:  []policies.Proposal{{Rate: 39.96e6, Reason: reasonDecay}},
+		},
+		{
+			name:  "bloat with the median just over hold: cut",
+			steps: []budgetStep{{rate: 40e6, delta: 8 * time.Millisecond, bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}},
+		},
+	})
+}
