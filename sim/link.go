@@ -60,6 +60,7 @@ type flow struct {
 	epoch    int64   // ms of the last reduction
 	recover  int64   // no further reduction before this ms
 	minRTT   float64 // ms, for HyStart
+	k        float64 // CUBIC's K for wmax, seconds
 }
 
 // codel is the per-flow state of the shaper's AQM (CoDel as in CAKE's COBALT,
@@ -109,8 +110,7 @@ type path struct {
 
 	wait float64 // this ms: the bottleneck's FIFO wait beyond an empty queue's, ms
 	// empty is the wait an empty bottleneck would give this ms.
-	empty   float64
-	scratch []int64
+	empty float64
 }
 
 func newPath(m *Model, dir estimator.Direction, tr *Trace, limit int64) *path {
@@ -120,7 +120,6 @@ func newPath(m *Model, dir estimator.Direction, tr *Trace, limit int64) *path {
 		fq: make([]ring, n), fqBytes: make([]int64, n), aqm: make([]codel, n),
 		flows: make([]flow, n),
 		fwd:   make([]int32, wheelSize*n), ack: make([]int32, wheelSize*n), loss: make([]int32, wheelSize*n),
-		scratch: make([]int64, n),
 	}
 	for i := range p.flows {
 		p.flows[i] = flow{cwnd: 10 * PacketBytes, ssthresh: math.Inf(1)}
@@ -337,7 +336,7 @@ func (p *path) serveShaper(now int64, back float64) {
 		return
 	}
 	perMs := p.rate / 8000
-	p.credit = math.Min(p.credit+perMs, perMs+PacketBytes)
+	p.credit = min(p.credit+perMs, perMs+PacketBytes)
 	if p.sqBytes == 0 {
 		return
 	}
@@ -352,33 +351,21 @@ func (p *path) serveShaper(now int64, back float64) {
 	}
 	budget := int64(p.credit)
 	// Water-filling: equal shares, leftovers to flows that still have data.
-	share := p.scratch
 	for budget > 0 && p.sqBytes > 0 {
-		k := 0
-		for i := range p.fq {
-			if p.fqBytes[i] > 0 {
+		k := int64(0)
+		for _, b := range p.fqBytes {
+			if b > 0 {
 				k++
 			}
 		}
-		if k == 0 {
-			break
-		}
-		each := max(budget/int64(k), 1)
-		for i := range share {
-			share[i] = 0
-		}
-		for i := range p.fq {
-			if p.fqBytes[i] == 0 || budget <= 0 {
+		each := max(budget/k, 1)
+		for i, b := range p.fqBytes {
+			if b == 0 || budget <= 0 {
 				continue
 			}
-			take := min(each, p.fqBytes[i], budget)
-			share[i] = take
+			take := min(each, b, budget)
 			budget -= take
-		}
-		for i, take := range share {
-			if take > 0 {
-				p.dequeue(now, int32(i), take, back)
-			}
+			p.dequeue(now, int32(i), take, back)
 		}
 	}
 	p.credit -= float64(int64(p.credit) - budget)
@@ -461,7 +448,7 @@ func (f *flow) onAck(a float64, now int64, rttMs float64, reno bool) {
 		// RTT has grown by an eighth of the minimum, clamped to [4, 16] ms.
 		if !reno && f.cwnd >= 16*PacketBytes && rttMs > f.minRTT+math.Min(math.Max(f.minRTT/8, 4), 16) {
 			f.ssthresh = f.cwnd
-			f.wmax = f.cwnd / PacketBytes
+			f.setWmax(f.cwnd / PacketBytes)
 			f.epoch = now
 			return
 		}
@@ -473,19 +460,18 @@ func (f *flow) onAck(a float64, now int64, rttMs float64, reno bool) {
 		// one RTT ahead; never slower than Reno would be.
 		const c, beta = 0.4, 0.7
 		t := float64(now-f.epoch)/1000 + rttMs/1000
-		k := math.Cbrt(f.wmax * (1 - beta) / c)
-		target := c*math.Pow(t-k, 3) + f.wmax
+		x := t - f.k
+		target := c*x*x*x + f.wmax
 		w := f.cwnd / PacketBytes
-		friendly := f.wmax*beta + 3*(1-beta)/(1+beta)*t/math.Max(rttMs/1000, 0.001)
-		target = math.Max(target, friendly)
+		friendly := f.wmax*beta + 3*(1-beta)/(1+beta)*t/max(rttMs/1000, 0.001)
+		target = max(target, friendly)
 		if target > w {
-			inc := math.Min((target-w)/w, 0.5) * a
-			f.cwnd += inc
+			f.cwnd += min((target-w)/w, 0.5) * a
 		} else {
 			f.cwnd += 0.01 * a / w
 		}
 	}
-	f.cwnd = math.Min(f.cwnd, maxCwnd)
+	f.cwnd = min(f.cwnd, maxCwnd)
 }
 
 // maxCwnd is the receive window: 4 MB, as Linux's default autotuning allows.
@@ -500,9 +486,15 @@ func (f *flow) onLoss(now int64, rttMs float64, reno bool) {
 	if reno {
 		beta = 0.5
 	}
-	f.wmax = f.cwnd / PacketBytes
-	f.cwnd = math.Max(f.cwnd*beta, 2*PacketBytes)
+	f.setWmax(f.cwnd / PacketBytes)
+	f.cwnd = max(f.cwnd*beta, 2*PacketBytes)
 	f.ssthresh = f.cwnd
 	f.epoch = now
 	f.recover = now + int64(math.Max(rttMs, 1))
+}
+
+// setWmax records the window at a reduction and CUBIC's K for it.
+func (f *flow) setWmax(w float64) {
+	f.wmax = w
+	f.k = math.Cbrt(w * (1 - 0.7) / 0.4)
 }

@@ -338,26 +338,24 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 				sent := float64(now)
 				arrive := sent + upD + downD
 				if cfg.Echo {
-					pending = append(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
+					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
 				} else {
 					// ICMP timestamps: whole milliseconds of two clocks.
 					tx := math.Floor(sent + upD + r.offset)
-					pending = append(pending,
-						pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - math.Floor(sent))}},
-						pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
+					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - math.Floor(sent))}})
+					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
 				}
 			}
 		} else if idle() {
 			nextProbe = float64(now) + probeEvery
 		}
 		if len(pending) > 0 && ctrl != nil {
-			sort.SliceStable(pending, func(i, j int) bool { return pending[i].arrive < pending[j].arrive })
 			n := 0
 			for n < len(pending) && pending[n].arrive <= float64(now) {
 				ctrl.AddSample(pending[n].s)
 				n++
 			}
-			pending = pending[n:]
+			pending = append(pending[:0], pending[n:]...)
 		}
 		if ctrl != nil && now%tick == 0 {
 			decs, err := ctrl.Tick(ctx, at(float64(now)))
@@ -463,6 +461,16 @@ func (m *Model) jitter() float64 { return m.rng.ExpFloat64() * ms(m.cfg.Jitter) 
 type pendingSample struct {
 	arrive float64
 	s      estimator.Sample
+}
+
+// insertSample adds p to a slice kept in arrival order (samples mostly arrive
+// in order, so this rarely moves anything).
+func insertSample(list []pendingSample, p pendingSample) []pendingSample {
+	i := len(list)
+	for i > 0 && list[i-1].arrive > p.arrive {
+		i--
+	}
+	return slices.Insert(list, i, p)
 }
 
 // simShaper is the controller's view of a path's shaper.
