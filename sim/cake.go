@@ -48,15 +48,15 @@ func (c *cakeEstimator) packet(t, n float64) {
 	}
 }
 
-// arrivals feeds the packets the bottleneck sent in millisecond now: its
-// served-bytes counter went from start to end while it sent at perMs bytes per
-// millisecond from the start of the millisecond.
-func (c *cakeEstimator) arrivals(now int64, start, end, perMs int64) {
-	if perMs <= 0 {
+// arrivals feeds the packets the bottleneck sent in the step starting at now:
+// its served-bytes counter went from start to end while it sent at perStep
+// bytes per step from the start of the step.
+func (c *cakeEstimator) arrivals(now int64, start, end, perStep int64) {
+	if perStep <= 0 {
 		return
 	}
 	for b := (start/PacketBytes + 1) * PacketBytes; b <= end; b += PacketBytes {
-		c.packet(float64(now)+float64(b-start)/float64(perMs), PacketBytes)
+		c.packet(float64(now)+float64(b-start)/float64(perStep)*stepMs, PacketBytes)
 	}
 }
 

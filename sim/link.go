@@ -6,8 +6,14 @@ import (
 	"github.com/autoshape/autoshape/estimator"
 )
 
-// wheelSize bounds how far ahead (in ms) data, acks and loss signals can be
-// scheduled; longer delays are cut to it.
+// stepMs is the model's time step. Two milliseconds keep an hour of trace
+// well under two seconds to replay; the queues' delays are still computed to
+// the microsecond from the trace (Trace.Drain), so only the senders' and the
+// shaper's reactions are quantised.
+const stepMs = 2
+
+// wheelSize bounds how many steps ahead data, acks and loss signals can be
+// scheduled; delays longer than wheelSize ms are cut to it.
 const wheelSize = 8192
 
 // A chunk is bytes of one flow that entered a queue in one millisecond.
@@ -172,7 +178,11 @@ func (p *path) shaperDelay() float64 {
 	return float64(p.sqBytes) * 8 * 1000 / p.rate
 }
 
-func (p *path) slot(t int64) int { return int(t&(wheelSize-1)) * len(p.flows) }
+// slot is the wheel index of the step in which an event at t (ms) is
+// handled: the first step starting at or after t.
+func (p *path) slot(t int64) int {
+	return int(((t+stepMs-1)/stepMs)&(wheelSize-1)) * len(p.flows)
+}
 
 func clampDelay(d float64) int64 {
 	if d < 1 {
@@ -184,7 +194,7 @@ func clampDelay(d float64) int64 {
 	return int64(d)
 }
 
-// step advances the path by one millisecond. revWait is the reverse
+// step advances the path by stepMs milliseconds. revWait is the reverse
 // direction's current queueing delay (ms), which the acks of this path cross.
 func (p *path) step(now int64, revWait float64) {
 	cfg := &p.m.cfg
@@ -193,9 +203,15 @@ func (p *path) step(now int64, revWait float64) {
 	s := p.slot(now)
 	nf := len(p.flows)
 
-	// Acks and loss signals reaching the senders now.
+	if nf == 0 {
+		p.serve(now, revWait+half)
+		return
+	}
+	lineMax := cfg.SenderBytesPerMs * stepMs / int64(nf)
+	due := p.slot(now + clampDelay(half))
 	for i := range p.flows {
 		f := &p.flows[i]
+		// Acks and loss signals reaching the sender now.
 		if a := p.ack[s+i]; a != 0 {
 			p.ack[s+i] = 0
 			f.inflight -= int64(a)
@@ -206,45 +222,33 @@ func (p *path) step(now int64, revWait float64) {
 			f.inflight -= int64(l)
 			f.onLoss(now, rtt, cfg.Reno)
 		}
-	}
-
-	if nf == 0 {
-		return
-	}
-	// Senders: whatever the window allows, up to the sender's line rate.
-	lineMax := cfg.SenderBytesPerMs / int64(nf)
-	due := p.slot(now + clampDelay(half))
-	for i := range p.flows {
-		f := &p.flows[i]
-		room := int64(f.cwnd) - f.inflight
-		if room <= 0 {
-			continue
+		// The sender: whatever the window allows, up to its line rate.
+		if room := int64(f.cwnd) - f.inflight; room > 0 {
+			room = min(room, lineMax)
+			f.inflight += room
+			p.fwd[due+i] += int32(room)
 		}
-		room = min(room, lineMax)
-		f.inflight += room
-		p.fwd[due+i] += int32(room)
-	}
-
-	// Data reaching the first queue.
-	for i := 0; i < nf; i++ {
-		b := p.fwd[s+i]
-		if b == 0 {
-			continue
-		}
-		p.fwd[s+i] = 0
-		if p.dir == estimator.Down {
-			p.enqueueBottleneck(now, int32(i), int64(b), revWait+half)
-		} else {
-			p.enqueueShaper(now, int32(i), int64(b), revWait+half)
+		// Data reaching the first queue.
+		if b := p.fwd[s+i]; b != 0 {
+			p.fwd[s+i] = 0
+			if p.dir == estimator.Down {
+				p.enqueueBottleneck(now, int32(i), int64(b), revWait+half)
+			} else {
+				p.enqueueShaper(now, int32(i), int64(b), revWait+half)
+			}
 		}
 	}
+	p.serve(now, revWait+half)
+}
 
+// serve runs the two queues in path order.
+func (p *path) serve(now int64, back float64) {
 	if p.dir == estimator.Down {
-		p.serveBottleneck(now, revWait+half)
-		p.serveShaper(now, revWait+half)
+		p.serveBottleneck(now, back)
+		p.serveShaper(now, back)
 	} else {
-		p.serveShaper(now, revWait+half)
-		p.serveBottleneck(now, revWait+half)
+		p.serveShaper(now, back)
+		p.serveBottleneck(now, back)
 	}
 }
 
@@ -282,10 +286,11 @@ func (p *path) enqueueBottleneck(now int64, i int32, b int64, back float64) {
 }
 
 func (p *path) serveBottleneck(now int64, back float64) {
-	avail := p.trace.At(now)
-	if avail == 0 || p.bqBytes == 0 {
+	perStep := p.trace.Bytes(now, stepMs)
+	if perStep == 0 || p.bqBytes == 0 {
 		return
 	}
+	avail := perStep
 	start := p.servedBytes
 	for avail > 0 && p.bq.n > 0 {
 		c := p.bq.front()
@@ -304,7 +309,7 @@ func (p *path) serveBottleneck(now int64, back float64) {
 		}
 	}
 	if p.dir == estimator.Down && p.m.cfg.CapacityEstimate {
-		p.cake.arrivals(now, start, p.servedBytes, p.trace.At(now))
+		p.cake.arrivals(now, start, p.servedBytes, perStep)
 	}
 }
 
@@ -335,8 +340,8 @@ func (p *path) serveShaper(now int64, back float64) {
 	if p.rate <= 0 {
 		return
 	}
-	perMs := p.rate / 8000
-	p.credit = min(p.credit+perMs, perMs+PacketBytes)
+	perStep := p.rate / 8000 * stepMs
+	p.credit = min(p.credit+perStep, perStep+PacketBytes)
 	if p.sqBytes == 0 {
 		return
 	}
@@ -344,20 +349,18 @@ func (p *path) serveShaper(now int64, back float64) {
 	if p.dir == estimator.Up {
 		ahead = p.wait + p.empty
 	}
-	for i := range p.fq {
-		if p.fqBytes[i] > 0 {
+	k := int64(0)
+	for i, b := range p.fqBytes {
+		if b > 0 {
 			p.codel(now, int32(i), ahead, back)
+			if p.fqBytes[i] > 0 {
+				k++
+			}
 		}
 	}
 	budget := int64(p.credit)
 	// Water-filling: equal shares, leftovers to flows that still have data.
-	for budget > 0 && p.sqBytes > 0 {
-		k := int64(0)
-		for _, b := range p.fqBytes {
-			if b > 0 {
-				k++
-			}
-		}
+	for budget > 0 && k > 0 {
 		each := max(budget/k, 1)
 		for i, b := range p.fqBytes {
 			if b == 0 || budget <= 0 {
@@ -366,6 +369,9 @@ func (p *path) serveShaper(now int64, back float64) {
 			take := min(each, b, budget)
 			budget -= take
 			p.dequeue(now, int32(i), take, back)
+			if take == b {
+				k--
+			}
 		}
 	}
 	p.credit -= float64(int64(p.credit) - budget)

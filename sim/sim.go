@@ -309,7 +309,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 	ctx := context.Background()
 	idle := func() bool { return ctrl != nil && ctrl.State() == controller.Idle }
 
-	for now := int64(0); now < dur; now++ {
+	for now := int64(0); now < dur; now += stepMs {
 		if now%scoreEvery == 0 {
 			for _, p := range m.paths {
 				p.wait, p.empty = p.fifoWait(now)
@@ -357,7 +357,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			}
 			pending = append(pending[:0], pending[n:]...)
 		}
-		if ctrl != nil && now%tick == 0 {
+		if ctrl != nil && now%tick < stepMs {
 			decs, err := ctrl.Tick(ctx, at(float64(now)))
 			if err != nil {
 				return nil, err

@@ -188,6 +188,19 @@ func (t *Trace) At(ms int64) int64 {
 	return int64(t.bytes[ms%int64(len(t.bytes))])
 }
 
+// Bytes returns the bytes deliverable in [ms, ms+n).
+func (t *Trace) Bytes(ms, n int64) int64 {
+	if t.steps != nil {
+		return t.Cum(ms+n) - t.Cum(ms)
+	}
+	p := int64(len(t.bytes))
+	i := ms % p
+	if i+n <= p {
+		return t.cum[i+n] - t.cum[i]
+	}
+	return t.Cum(ms+n) - t.Cum(ms)
+}
+
 // RateAt returns the capacity in bit/s averaged over [ms, ms+window).
 func (t *Trace) RateAt(ms, window int64) float64 {
 	return float64(t.Cum(ms+window)-t.Cum(ms)) * 8 * 1000 / float64(window)
