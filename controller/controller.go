@@ -238,6 +238,7 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 		}
 		c.est.AddCounter(d, now, st.Bytes)
 		c.est.SetCapacityEstimate(d, float64(st.CapacityEstimate))
+		c.est.SetBacklog(d, st.Backlog)
 	}
 	obs := c.est.Observe(now, c.rates)
 	c.lastObs = obs

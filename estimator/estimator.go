@@ -201,6 +201,7 @@ type direction struct {
 	seen     bool      // last is set
 	meter    rateMeter
 	capacity float64
+	backlog  uint64
 }
 
 // New returns an Estimator with cfg's zero fields set to their defaults, or
@@ -293,6 +294,14 @@ func (e *Estimator) SetCapacityEstimate(d Direction, bps float64) {
 	e.dirs[d].capacity = bps
 }
 
+// SetBacklog records the bytes queued in direction d's shaper.
+func (e *Estimator) SetBacklog(d Direction, bytes uint64) {
+	if d != Down && d != Up {
+		return
+	}
+	e.dirs[d].backlog = bytes
+}
+
 // ForgetReflector drops the baselines and newest samples of the named
 // reflector; the deltas it already contributed to the bloat windows stay.
 // The probe pool calls it when it drops a reflector, which keeps memory
@@ -336,6 +345,7 @@ func (e *Estimator) Observe(now time.Time, rates [2]float64) [2]Observation {
 			ShaperRate:       rates[d],
 			Load:             loads[d],
 			CapacityEstimate: ds.capacity,
+			Backlog:          ds.backlog,
 			LastSample:       ds.last,
 		}
 		o.Delta, o.Reflectors = e.combined(d, cutoff)

@@ -106,6 +106,9 @@ type Observation struct {
 	Load float64
 	// CapacityEstimate is CAKE's own capacity estimate, 0 when there is none.
 	CapacityEstimate float64
+	// Backlog is the number of bytes queued in the shaper at the last counter
+	// reading: a backlog means the shaper is what limits the traffic now.
+	Backlog uint64
 	// Reflectors is the number of reflectors with a fresh sample for this
 	// direction (see Config.Fresh).
 	Reflectors int

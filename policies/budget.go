@@ -34,6 +34,11 @@ type BudgetConfig struct {
 	// Memory is how long a rate where bloat was seen stays remembered, default
 	// 10s.
 	Memory time.Duration
+	// Standing is how long the delay must stay over Hold before the policy
+	// acts while the shaper holds a backlog (it, not the bottleneck, limits
+	// the traffic now), default 20x the budget (300ms at 15ms). Without a
+	// backlog the policy acts at once.
+	Standing time.Duration
 	// Loaded is the load ratio from which the link counts as loaded, default
 	// 0.9: the rate only rises when the traffic presses against it (above the
 	// capacity, less gets through than the rate allows).
@@ -75,6 +80,9 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 	if c.Memory == 0 {
 		c.Memory = 10 * time.Second
 	}
+	if c.Standing == 0 {
+		c.Standing = 20 * c.Budget
+	}
 	if c.Loaded == 0 {
 		c.Loaded = 0.9
 	}
@@ -100,8 +108,8 @@ func (c BudgetConfig) Validate() error {
 		return fmt.Errorf("budget policy: refractory %v is negative", c.Refractory)
 	case !(c.Step > 0 && c.Step <= 10) || !(c.GentleStep > 0 && c.GentleStep <= c.Step):
 		return fmt.Errorf("budget policy: steps must satisfy 0 < gentle_step (%g) <= step (%g) <= 10", c.GentleStep, c.Step)
-	case c.Memory < 0:
-		return fmt.Errorf("budget policy: memory %v is negative", c.Memory)
+	case c.Memory < 0 || c.Standing < 0:
+		return fmt.Errorf("budget policy: memory %v or standing %v is negative", c.Memory, c.Standing)
 	case !(c.Loaded > 0 && c.Loaded <= 1):
 		return fmt.Errorf("budget policy: loaded %g must be in (0, 1]", c.Loaded)
 	case !(c.Decay > 0 && c.Decay < 1):
@@ -135,7 +143,8 @@ type Budget struct {
 	bloatRate float64       // the capacity seen at the last cut
 	prevBloat float64       // and at the one before
 	bloatAt   time.Time
-	achieved  float64 // achieved rate smoothed over about 200ms
+	achieved  float64   // achieved rate smoothed over about 200ms
+	overSince time.Time // the delay has been over Hold since
 }
 
 var _ Policy = (*Budget)(nil)
@@ -176,7 +185,21 @@ func (b *Budget) Next(in Input) Proposal {
 	// A cut needs both verdicts: enough delayed samples in the window (fast)
 	// and the median across reflectors over the hold level (robust), or a
 	// median over the budget on its own.
-	if (o.Bloat && delay > c.Hold) || delay > c.Budget {
+	over := (o.Bloat && delay > c.Hold) || delay > c.Budget
+	if !over && delay <= c.Hold {
+		b.overSince = time.Time{}
+	} else if b.overSince.IsZero() {
+		b.overSince = in.Now
+	}
+	// The delay signal lags the queue by a round trip and the probe
+	// interval. While our own shaper holds a backlog it is what limits the
+	// traffic now, so the bottleneck's queue is not growing: the delay seen
+	// may be the tail of a fade that is already over. Act only once it has
+	// stood for Standing.
+	if o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
+		return Proposal{Rate: rate, Reason: ReasonHold}
+	}
+	if over {
 		return b.cut(in)
 	}
 	if delay > c.Hold {
@@ -289,3 +312,7 @@ func (b *Budget) delivered(in Input) float64 {
 	}
 	return in.Rate
 }
+
+// limitingBacklog is the shaper backlog, in bytes, from which the shaper
+// counts as the limit: two full-size packets.
+const limitingBacklog = 3000

@@ -135,10 +135,9 @@ func TestDefaultBudgetConfig(t *testing.T) {
 				MaxCut:     0.95,
 				Refractory: 250 * time.Millisecond,
 				Step:       1,
-				// The doc comment of BudgetConfig.GentleStep says 0.1; the
-				// code (since commit 431ad21) says 0.03.
 				GentleStep: 0.03,
 				Memory:     10 * time.Second,
+				Standing:   300 * time.Millisecond,
 				Loaded:     0.9,
 				Decay:      0.02,
 			},
@@ -149,16 +148,16 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			want: policies.BudgetConfig{
 				Budget: 15 * time.Millisecond, Hold: 7500 * time.Microsecond, Drain: 300 * time.Millisecond,
 				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
-				Memory: 10 * time.Second, Loaded: 0.9, Decay: 0.02,
+				Memory: 10 * time.Second, Standing: 300 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
 		{
-			name:   "40ms scales hold and drain only",
+			name:   "40ms scales hold, drain and standing only",
 			budget: 40 * time.Millisecond,
 			want: policies.BudgetConfig{
 				Budget: 40 * time.Millisecond, Hold: 20 * time.Millisecond, Drain: 800 * time.Millisecond,
 				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
-				Memory: 10 * time.Second, Loaded: 0.9, Decay: 0.02,
+				Memory: 10 * time.Second, Standing: 800 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
 	}
