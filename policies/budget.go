@@ -14,8 +14,8 @@ import (
 type BudgetConfig struct {
 	// Budget is the added delay under load the user accepts, default 15ms.
 	Budget time.Duration
-	// Hold is the added delay above which the rate stops rising, default half
-	// the budget.
+	// Hold is the added delay above which the rate stops rising and starts
+	// to ease off, default three quarters of the budget.
 	Hold time.Duration
 	// Drain is the time in which a cut should empty the bottleneck's queue
 	// back to Hold, default 20x the budget (300ms at 15ms). Shorter cuts
@@ -27,9 +27,10 @@ type BudgetConfig struct {
 	// also grows with the delay still queued, which a cut needs time to drain.
 	Refractory time.Duration
 	// Step is the largest rise per second, as a fraction of the rate, default
-	// 1 (+100 %/s), reached with the whole headroom below Hold and a quarter
-	// of it at Hold. Near a rate where bloat was recently seen the rise is
-	// GentleStep per second, default 0.03.
+	// 2 (+200 %/s), reached with the whole headroom below Hold and a quarter
+	// of it at Hold, and slowed as the share of recent time over the budget
+	// grows (to a tenth at half the time). Near a rate where bloat was recently seen the rise is
+	// GentleStep per second, default 0.02.
 	Step, GentleStep float64
 	// Memory is how long a rate where bloat was seen stays remembered, default
 	// 10s.
@@ -57,7 +58,7 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 		c.Budget = 15 * time.Millisecond
 	}
 	if c.Hold == 0 {
-		c.Hold = c.Budget / 2
+		c.Hold = c.Budget * 3 / 4
 	}
 	if c.Drain == 0 {
 		c.Drain = 20 * c.Budget
@@ -72,10 +73,10 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 		c.Refractory = 250 * time.Millisecond
 	}
 	if c.Step == 0 {
-		c.Step = 1
+		c.Step = 2
 	}
 	if c.GentleStep == 0 {
-		c.GentleStep = 0.03
+		c.GentleStep = 0.02
 	}
 	if c.Memory == 0 {
 		c.Memory = 10 * time.Second
@@ -120,20 +121,31 @@ func (c BudgetConfig) Validate() error {
 
 // Budget is autoshape's main policy: it keeps the added delay under load
 // within one number, the latency budget, at the highest rate that allows.
+// Each call applies the first rule that matches:
 //
-//   - Over budget (the estimator's bloat verdict): cut towards what the link
-//     delivers now (the achieved rate, or CAKE's capacity estimate when there
-//     is no achieved rate), by a factor that
-//     grows with how far the delay is over the hold level, so that the
-//     bottleneck's queue drains in about Drain. A further cut waits for the
-//     refractory time plus the delay still queued, and is skipped while the
-//     delay is falling: the last cut is still working.
-//   - Between Hold and the budget: ease off to MaxCut of what the link
-//     delivers, at most once per refractory time: holding a rate above the
-//     capacity would let the queue grow into the budget.
+//   - Capacity drop (see capacityDrop): on a link that has been delivering a
+//     steady rate, a sudden fall of what gets through, with no backlog in our
+//     shaper, is a capacity drop seen a round trip before any delay: cut to
+//     MinCut of the new capacity.
+//   - Standing: while our shaper holds a backlog (it, not the bottleneck,
+//     limits the traffic now) a delay over Hold may be the lagging tail of a
+//     fade already over; hold until it has stood for Standing.
+//   - Over budget (the estimator's bloat verdict with the median over Hold,
+//     or the median over the budget): cut towards what the link delivers now
+//     (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
+//     when there is no achieved rate), by a factor that grows with how far
+//     the delay is over Hold, so that the bottleneck's queue drains in about
+//     Drain; never by more than half. A further cut waits for the refractory
+//     time plus the delay that caused the last one, and until twice that
+//     only follows a delay that is still growing.
+//   - Between Hold and the budget: ease off to MaxCut of what gets through,
+//     spaced like cuts: holding a rate above the capacity would let the queue
+//     grow into the budget.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
-//     headroom left below Hold, but only GentleStep per second within 10 %
-//     of the capacity seen at the last bloat, for Memory after it.
+//     headroom left below Hold and slowed by the share of recent time spent
+//     over the budget; within 10 % of a ceiling the link has shown twice
+//     (two cuts that agreed, within Memory) only by GentleStep per second,
+//     and with Hold lowered to half, since the rate sits just under it.
 //   - Unloaded: drift towards base.
 type Budget struct {
 	cfg       BudgetConfig
@@ -145,6 +157,11 @@ type Budget struct {
 	bloatAt   time.Time
 	achieved  float64   // achieved rate smoothed over about 200ms
 	overSince time.Time // the delay has been over Hold since
+	overShare float64   // share of the last ~5 s over the budget
+	// What got through during the current loaded stretch: mean and variance
+	// over about 2 s, and the stretch's length in seconds.
+	loadedMean, loadedVar float64
+	loadedTime            float64
 }
 
 var _ Policy = (*Budget)(nil)
@@ -181,11 +198,27 @@ func (b *Budget) Next(in Input) Proposal {
 	// time at the current rate; the hold level moves up by the same amount,
 	// since at low rates that packet is the floor of the delay.
 	delay := o.Delta - serialisation(o, c.Budget)
+	if b.steady(in.Now) {
+		// A link with a ceiling of its own: the rate sits just under it, where
+		// any rise shows as delay soon, so stop earlier.
+		c.Hold = c.Hold / 2
+	}
 
 	// A cut needs both verdicts: enough delayed samples in the window (fast)
 	// and the median across reflectors over the hold level (robust), or a
 	// median over the budget on its own.
 	over := (o.Bloat && delay > c.Hold) || delay > c.Budget
+	// The share of recent time over the budget (about 5 s): on a link whose
+	// capacity keeps falling away, rising as fast as on a steady one only
+	// refills the queue, so the rise slows as that share grows.
+	overNow := 0.0
+	if delay > c.Budget {
+		overNow = 1
+	}
+	b.overShare += (overNow - b.overShare) * math.Min(dt/5, 1)
+	if p, ok := b.capacityDrop(in, dt); ok {
+		return p
+	}
 	if !over && delay <= c.Hold {
 		b.overSince = time.Time{}
 	} else if b.overSince.IsZero() {
@@ -224,9 +257,9 @@ func (b *Budget) Next(in Input) Proposal {
 	}
 	if o.Load >= c.Loaded {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
-		step := c.Step
+		step := c.Step * math.Max(0.1, 1-2*b.overShare)
 		if b.gentle(in) {
-			step = c.GentleStep
+			step = math.Min(step, c.GentleStep)
 		}
 		next := rate * (1 + step*headroom*dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
@@ -241,6 +274,56 @@ func (b *Budget) Next(in Input) Proposal {
 	return Proposal{Rate: rate, Reason: ReasonHold}
 }
 
+// capacityDrop acts on a sudden fall of what gets through on a steady link:
+// while loaded, the link delivered a rate that varied by less than 10 % over
+// the last seconds; now less than 70 % of that gets through, less than 70 %
+// of the rate, and our shaper holds no backlog, so the link delivers less
+// than it did. The delay signal shows that only a round trip plus the queue
+// later, since the probe replies wait in that very queue; the counters show
+// it within a tick. The senders keep sending at the old rate for about a
+// round trip, so the cut aims at MinCut of the new capacity to drain what
+// piles up meanwhile, and the ordinary rules take over from there. On links
+// whose delivered rate varies more (cellular ones) such falls come and go
+// within a tick or two and are left to the delay signal.
+func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
+	o := in.Obs
+	c := b.cfg
+	// What got through while loaded, averaged over about 2 s, and how much it
+	// varied: a steady link varies by a few per cent, a cellular one by half.
+	// The history counts only an unbroken loaded stretch of at least a second.
+	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
+	if o.Load >= 0.8 || o.Backlog >= limitingBacklog {
+		w := math.Min(dt/2, 1)
+		if b.loadedTime == 0 {
+			b.loadedMean, b.loadedVar = o.Achieved, 0
+		}
+		d := o.Achieved - b.loadedMean
+		b.loadedMean += d * w
+		b.loadedVar += (d*d - b.loadedVar) * w
+		b.loadedTime += dt
+		return Proposal{}, false
+	}
+	b.loadedTime = 0
+	// Nearly nothing getting through is more likely traffic that ended than
+	// a link that lost nine tenths of its capacity: the idle rules handle it.
+	if stretch < 1 || dev >= 0.1*mean ||
+		o.Load >= 0.7 || o.Achieved >= 0.7*mean || o.Achieved < 0.1*mean {
+		return Proposal{}, false
+	}
+	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory {
+		return Proposal{}, false
+	}
+	// A capacity measured directly, not inferred from a delay: rise gently
+	// near it (see gentle) as if two cuts had agreed on it.
+	capacity := o.Achieved
+	b.prevBloat, b.bloatRate = capacity, capacity
+	b.lastCut = in.Now
+	b.cutDelay = 0
+	b.bloatAt = in.Now
+	b.achieved = capacity
+	return Proposal{Rate: in.Bounds.Clamp(capacity * c.MinCut), Reason: ReasonDrop}, true
+}
+
 // gentle reports whether rate is near the capacity seen at the last bloat
 // (within ±10 %, for Memory after it), where the policy rises only gently.
 // That applies only when the last two cuts agreed on the capacity (within
@@ -248,13 +331,16 @@ func (b *Budget) Next(in Input) Proposal {
 // on a link whose capacity moves, such as a cellular one, the last ceiling
 // says little about the next.
 func (b *Budget) gentle(in Input) bool {
-	if b.bloatRate <= 0 || in.Now.Sub(b.bloatAt) >= b.cfg.Memory {
+	return b.steady(in.Now) && in.Rate >= 0.9*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+}
+
+// steady reports whether the last two cuts, within Memory, agreed on the
+// capacity (within 10 %): the link shows a ceiling of its own.
+func (b *Budget) steady(now time.Time) bool {
+	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
 	}
-	if math.Abs(b.bloatRate-b.prevBloat) > 0.1*b.bloatRate {
-		return false
-	}
-	return in.Rate >= 0.9*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+	return math.Abs(b.bloatRate-b.prevBloat) <= 0.1*b.bloatRate
 }
 
 // cut handles a bloated observation.

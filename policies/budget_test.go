@@ -35,6 +35,7 @@ type budgetStep struct {
 	achieved, load float64
 	capacity       float64       // CAKE's estimate, 0 for none
 	threshold      time.Duration // defaultBudget when zero
+	backlog        uint64        // bytes queued in the shaper
 }
 
 // runBudget feeds steps in order to one Budget policy built from cfg and
@@ -63,6 +64,7 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 				ShaperRate:       s.rate,
 				Load:             s.load,
 				CapacityEstimate: s.capacity,
+				Backlog:          s.backlog,
 				Reflectors:       3,
 			},
 			Rate:   s.rate,
@@ -106,7 +108,18 @@ const (
 	reasonEase  = policies.ReasonEase
 	reasonProbe = policies.ReasonProbe
 	reasonDecay = policies.ReasonDecay
+	reasonDrop  = policies.ReasonDrop
 )
+
+// after returns steps followed by more, leaving steps untouched.
+func after(steps []budgetStep, more ...budgetStep) []budgetStep {
+	return append(append([]budgetStep(nil), steps...), more...)
+}
+
+// then returns ps followed by more, leaving ps untouched.
+func then(ps []policies.Proposal, more ...policies.Proposal) []policies.Proposal {
+	return append(append([]policies.Proposal(nil), ps...), more...)
+}
 
 func TestBudgetName(t *testing.T) {
 	p, err := policies.NewBudget(policies.BudgetConfig{})
@@ -129,13 +142,13 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			budget: 15 * time.Millisecond,
 			want: policies.BudgetConfig{
 				Budget:     15 * time.Millisecond,
-				Hold:       7500 * time.Microsecond,
+				Hold:       11250 * time.Microsecond,
 				Drain:      300 * time.Millisecond,
 				MinCut:     0.5,
 				MaxCut:     0.95,
 				Refractory: 250 * time.Millisecond,
-				Step:       1,
-				GentleStep: 0.03,
+				Step:       2,
+				GentleStep: 0.02,
 				Memory:     10 * time.Second,
 				Standing:   300 * time.Millisecond,
 				Loaded:     0.9,
@@ -146,8 +159,8 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			name:   "zero is 15ms",
 			budget: 0,
 			want: policies.BudgetConfig{
-				Budget: 15 * time.Millisecond, Hold: 7500 * time.Microsecond, Drain: 300 * time.Millisecond,
-				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
+				Budget: 15 * time.Millisecond, Hold: 11250 * time.Microsecond, Drain: 300 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2, GentleStep: 0.02,
 				Memory: 10 * time.Second, Standing: 300 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
@@ -155,8 +168,8 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			name:   "40ms scales hold, drain and standing only",
 			budget: 40 * time.Millisecond,
 			want: policies.BudgetConfig{
-				Budget: 40 * time.Millisecond, Hold: 20 * time.Millisecond, Drain: 800 * time.Millisecond,
-				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 1, GentleStep: 0.03,
+				Budget: 40 * time.Millisecond, Hold: 30 * time.Millisecond, Drain: 800 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2, GentleStep: 0.02,
 				Memory: 10 * time.Second, Standing: 800 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
@@ -200,6 +213,7 @@ func TestNewBudget(t *testing.T) {
 		{name: "gentle step above step", cfg: policies.BudgetConfig{Step: 0.5, GentleStep: 0.6}, field: "gentle_step"},
 		{name: "step above 10", cfg: policies.BudgetConfig{Step: 11}, field: "step ("},
 		{name: "negative memory", cfg: policies.BudgetConfig{Memory: -ms}, field: "memory"},
+		{name: "negative standing", cfg: policies.BudgetConfig{Standing: -ms}, field: "standing"},
 		{name: "loaded above 1", cfg: policies.BudgetConfig{Loaded: 1.5}, field: "loaded"},
 		{name: "negative loaded", cfg: policies.BudgetConfig{Loaded: -0.1}, field: "loaded"},
 		{name: "loaded NaN", cfg: policies.BudgetConfig{Loaded: math.NaN()}, field: "loaded"},
@@ -230,82 +244,84 @@ func TestNewBudget(t *testing.T) {
 
 // TestBudgetCut checks the cut on bloat: to capacity*factor, with factor =
 // clamp(1-(delay-Hold)/Drain, MinCut, MaxCut), never below MinCut of the rate.
-// Hold is 7.5ms and Drain 300ms throughout.
+// Hold is 11.25ms and Drain 300ms throughout.
 func TestBudgetCut(t *testing.T) {
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "drains the excess in Drain",
-			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 0.8}},
 			// factor 1 - 60/300 = 0.8 of the achieved 40 Mbit/s.
 			want: []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "half a drain over hold halves",
-			steps: []budgetStep{{rate: 20e6, delta: millis(157.5), bloat: true, achieved: 20e6, load: 1}},
+			steps: []budgetStep{{rate: 20e6, delta: millis(161.25), bloat: true, achieved: 20e6, load: 1}},
 			want:  []policies.Proposal{{Rate: 10e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "just over hold cuts by MaxCut",
-			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8}},
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8}},
 			want:  []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "far over hold cuts by MinCut",
-			steps: []budgetStep{{rate: 40e6, delta: millis(907.5), bloat: true, achieved: 40e6, load: 1}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(911.25), bloat: true, achieved: 40e6, load: 1}},
 			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "never below MinCut of the rate",
-			steps: []budgetStep{{rate: 50e6, delta: millis(157.5), bloat: true, achieved: 10e6, load: 0.2}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(161.25), bloat: true, achieved: 10e6, load: 0.2}},
 			// 0.5 * 10 Mbit/s would be 5 Mbit/s.
 			want: []policies.Proposal{{Rate: 25e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "achieved above the rate counts as the rate",
-			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 60e6, load: 1.2}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 60e6, load: 1.2}},
 			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "no achieved rate: CAKE's estimate",
-			steps: []budgetStep{{rate: 40e6, delta: millis(67.5), bloat: true, capacity: 30e6}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(71.25), bloat: true, capacity: 30e6}},
 			want:  []policies.Proposal{{Rate: 24e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "achieved rate before CAKE's estimate",
-			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8, capacity: 30e6}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 0.8, capacity: 30e6}},
 			want:  []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "nothing measured: the rate",
-			steps: []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true}},
 			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "median over the budget cuts without the bloat verdict",
-			steps: []budgetStep{{rate: 50e6, delta: millis(37.5), achieved: 40e6, load: 0.8}},
+			steps: []budgetStep{{rate: 50e6, delta: millis(41.25), achieved: 40e6, load: 0.8}},
 			// factor 1 - 30/300 = 0.9.
 			want: []policies.Proposal{{Rate: 36e6, Reason: reasonBloat}},
 		},
 		{
+			// The second tick keeps 75 % of the rate getting through: a fall
+			// below 70 % after a loaded tick would be a capacity drop.
 			name: "capacity is the achieved rate smoothed over 200ms",
 			steps: []budgetStep{
 				{rate: 40e6, achieved: 40e6, load: 1},
-				// 50ms later: 40 + (20-40)*50/200 = 35 Mbit/s.
-				{at: 50 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 20e6, load: 0.5},
+				// 50ms later: 40 + (30-40)*50/200 = 37.5 Mbit/s.
+				{at: 50 * time.Millisecond, rate: 40e6, delta: millis(71.25), bloat: true, achieved: 30e6, load: 0.75},
 			},
 			want: []policies.Proposal{
-				{Rate: 42e6, Reason: reasonProbe},
-				{Rate: 28e6, Reason: reasonBloat},
+				{Rate: 44e6, Reason: reasonProbe},
+				{Rate: 30e6, Reason: reasonBloat},
 			},
 		},
 		{
 			name: "a gap of 200ms or more takes the new achieved rate",
 			steps: []budgetStep{
 				{rate: 40e6, achieved: 40e6, load: 1},
-				{at: 200 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 30e6, load: 0.75},
+				{at: 200 * time.Millisecond, rate: 40e6, delta: millis(71.25), bloat: true, achieved: 30e6, load: 0.75},
 			},
 			want: []policies.Proposal{
-				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 44e6, Reason: reasonProbe},
 				{Rate: 24e6, Reason: reasonBloat},
 			},
 		},
@@ -316,8 +332,8 @@ func TestBudgetCut(t *testing.T) {
 // the delay that triggered the last cut; between the wait and twice the wait a
 // cut repeats only while the delay grows.
 func TestBudgetRefractory(t *testing.T) {
-	// A cut at 0 with 67.5ms queued: the wait is 317.5ms, twice that 635ms.
-	first := budgetStep{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}
+	// A cut at 0 with 71.25ms queued: the wait is 321.25ms, twice that 642.5ms.
+	first := budgetStep{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 0.8}
 	firstCut := policies.Proposal{Rate: 32e6, Reason: reasonBloat}
 	bloated := func(at, delta time.Duration) budgetStep {
 		return budgetStep{at: at, rate: 32e6, delta: delta, bloat: true, achieved: 40e6, load: 1.25}
@@ -326,33 +342,33 @@ func TestBudgetRefractory(t *testing.T) {
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "within the wait holds even if the delay grew",
-			steps: []budgetStep{first, bloated(millis(317.4), 200*time.Millisecond)},
+			steps: []budgetStep{first, bloated(millis(321.2), 200*time.Millisecond)},
 			want:  []policies.Proposal{firstCut, hold},
 		},
 		{
 			name:  "after the wait a growing delay cuts",
-			steps: []budgetStep{first, bloated(millis(317.5), millis(97.5))},
+			steps: []budgetStep{first, bloated(millis(321.25), millis(101.25))},
 			// capacity min(32, 40) Mbit/s, factor 1 - 90/300 = 0.7.
 			want: []policies.Proposal{firstCut, {Rate: 22.4e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "between the wait and twice it the same delay holds",
-			steps: []budgetStep{first, bloated(400*time.Millisecond, millis(67.5))},
+			steps: []budgetStep{first, bloated(400*time.Millisecond, millis(71.25))},
 			want:  []policies.Proposal{firstCut, hold},
 		},
 		{
 			name:  "between the wait and twice it a falling delay holds",
-			steps: []budgetStep{first, bloated(634*time.Millisecond, 50*time.Millisecond)},
+			steps: []budgetStep{first, bloated(642*time.Millisecond, 50*time.Millisecond)},
 			want:  []policies.Proposal{firstCut, hold},
 		},
 		{
 			name:  "after twice the wait the same delay cuts",
-			steps: []budgetStep{first, bloated(635*time.Millisecond, millis(67.5))},
+			steps: []budgetStep{first, bloated(millis(642.5), millis(71.25))},
 			want:  []policies.Proposal{firstCut, {Rate: 25.6e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "after twice the wait a falling delay cuts",
-			steps: []budgetStep{first, bloated(700*time.Millisecond, millis(37.5))},
+			steps: []budgetStep{first, bloated(700*time.Millisecond, millis(41.25))},
 			// factor 1 - 30/300 = 0.9 of 32 Mbit/s.
 			want: []policies.Proposal{firstCut, {Rate: 28.8e6, Reason: reasonBloat}},
 		},
@@ -360,44 +376,44 @@ func TestBudgetRefractory(t *testing.T) {
 			name: "the wait grows with the delay of the last cut",
 			steps: []budgetStep{
 				first,
-				bloated(millis(317.5), millis(97.5)),
-				// The wait is now 250 + 97.5ms after 317.5ms: until 665ms.
-				bloated(millis(664.9), 200*time.Millisecond),
-				bloated(665*time.Millisecond, 150*time.Millisecond),
+				bloated(millis(321.25), millis(101.25)),
+				// The wait is now 250 + 101.25ms after 321.25ms: until 672.5ms.
+				bloated(millis(672.4), 200*time.Millisecond),
+				bloated(millis(672.5), 150*time.Millisecond),
 			},
 			want: []policies.Proposal{
 				firstCut,
 				{Rate: 22.4e6, Reason: reasonBloat},
 				hold,
-				// factor 1 - 142.5/300 = 0.525, capacity 32 Mbit/s.
-				{Rate: 16.8e6, Reason: reasonBloat},
+				// factor 1 - 138.75/300 = 0.5375, capacity 32 Mbit/s.
+				{Rate: 17.2e6, Reason: reasonBloat},
 			},
 		},
 		{
 			name: "an ease starts the wait too",
 			steps: []budgetStep{
-				// An ease with 10ms queued: the wait is 260ms.
-				{rate: 40e6, delta: 10 * time.Millisecond, achieved: 40e6, load: 1},
-				{at: 259 * time.Millisecond, rate: 38e6, delta: millis(67.5), bloat: true, achieved: 38e6, load: 1},
-				{at: 260 * time.Millisecond, rate: 38e6, delta: millis(67.5), bloat: true, achieved: 38e6, load: 1},
+				// An ease with 13ms queued: the wait is 263ms.
+				{rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				{at: 262 * time.Millisecond, rate: 38e6, delta: millis(71.25), bloat: true, achieved: 38e6, load: 1},
+				{at: 263 * time.Millisecond, rate: 38e6, delta: millis(71.25), bloat: true, achieved: 38e6, load: 1},
 			},
 			want: []policies.Proposal{
 				{Rate: 38e6, Reason: reasonEase},
 				{Rate: 38e6, Reason: reasonHold},
-				// 259ms after the ease the achieved 38 Mbit/s is taken as it is.
+				// 262ms after the ease the achieved 38 Mbit/s is taken as it is.
 				{Rate: 30.4e6, Reason: reasonBloat},
 			},
 		},
 	})
 }
 
-// TestBudgetEase checks the ease between Hold (7.5ms) and the budget (15ms):
+// TestBudgetEase checks the ease between Hold (11.25ms) and the budget (15ms):
 // down to MaxCut of what the link delivers, at most once per wait.
 func TestBudgetEase(t *testing.T) {
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "loaded: MaxCut of the achieved rate",
-			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 45e6, load: 0.9}},
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 45e6, load: 0.9}},
 			want:  []policies.Proposal{{Rate: 42.75e6, Reason: reasonEase}},
 		},
 		{
@@ -407,24 +423,26 @@ func TestBudgetEase(t *testing.T) {
 		},
 		{
 			name:  "achieved above the rate: MaxCut of the rate",
-			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 60e6, load: 1.2}},
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 60e6, load: 1.2}},
 			want:  []policies.Proposal{{Rate: 47.5e6, Reason: reasonEase}},
 		},
 		{
 			name:  "capacity step goes straight to the achieved rate",
-			steps: []budgetStep{{rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25}},
+			steps: []budgetStep{{rate: 40e6, delta: 13 * time.Millisecond, achieved: 10e6, load: 0.25}},
 			// No MinCut floor: 0.95 * 10 Mbit/s, not 20 Mbit/s.
 			want: []policies.Proposal{{Rate: 9.5e6, Reason: reasonEase}},
 		},
 		{
+			// The first tick is not loaded (the rate was above the traffic), so
+			// the fall is no capacity drop and the ease rule decides.
 			name: "capacity step uses the tick's achieved rate, not the smoothed one",
 			steps: []budgetStep{
-				{rate: 40e6, achieved: 40e6, load: 1},
+				{rate: 60e6, achieved: 40e6, load: 0.67},
 				// Smoothed: 40 + (10-40)*50/200 = 32.5 Mbit/s.
-				{at: 50 * time.Millisecond, rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25},
+				{at: 50 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 10e6, load: 0.25},
 			},
 			want: []policies.Proposal{
-				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 60e6 * (1 - 0.02*0.05), Reason: reasonDecay},
 				{Rate: 9.5e6, Reason: reasonEase},
 			},
 		},
@@ -433,31 +451,31 @@ func TestBudgetEase(t *testing.T) {
 			steps: []budgetStep{
 				{rate: 40e6, achieved: 40e6, load: 1},
 				// Smoothed: 40 + (36-40)*50/200 = 39 Mbit/s.
-				{at: 50 * time.Millisecond, rate: 40e6, delta: 10 * time.Millisecond, achieved: 36e6, load: 0.9},
+				{at: 50 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 36e6, load: 0.9},
 			},
 			want: []policies.Proposal{
-				{Rate: 42e6, Reason: reasonProbe},
+				{Rate: 44e6, Reason: reasonProbe},
 				{Rate: 37.05e6, Reason: reasonEase},
 			},
 		},
 		{
 			name:  "traffic under a fifth of the rate: at most MinCut",
-			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 8e6, load: 0.16}},
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 8e6, load: 0.16}},
 			want:  []policies.Proposal{{Rate: 25e6, Reason: reasonEase}},
 		},
 		{
 			name:  "CAKE's estimate far below: at most MinCut",
-			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, capacity: 10e6}},
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, capacity: 10e6}},
 			want:  []policies.Proposal{{Rate: 25e6, Reason: reasonEase}},
 		},
 		{
 			name: "at most once per wait",
 			steps: []budgetStep{
-				// 10ms queued: the wait is 260ms.
-				{rate: 50e6, delta: 10 * time.Millisecond, achieved: 50e6, load: 1},
-				{at: 100 * time.Millisecond, rate: 47.5e6, delta: 10 * time.Millisecond, achieved: 47.5e6, load: 1},
-				{at: 259 * time.Millisecond, rate: 47.5e6, delta: 12 * time.Millisecond, achieved: 47.5e6, load: 1},
-				{at: 260 * time.Millisecond, rate: 47.5e6, delta: 12 * time.Millisecond, achieved: 47.5e6, load: 1},
+				// 13ms queued: the wait is 263ms.
+				{rate: 50e6, delta: 13 * time.Millisecond, achieved: 50e6, load: 1},
+				{at: 100 * time.Millisecond, rate: 47.5e6, delta: 13 * time.Millisecond, achieved: 47.5e6, load: 1},
+				{at: 262 * time.Millisecond, rate: 47.5e6, delta: 14 * time.Millisecond, achieved: 47.5e6, load: 1},
+				{at: 263 * time.Millisecond, rate: 47.5e6, delta: 14 * time.Millisecond, achieved: 47.5e6, load: 1},
 			},
 			want: []policies.Proposal{
 				{Rate: 47.5e6, Reason: reasonEase},
@@ -469,66 +487,65 @@ func TestBudgetEase(t *testing.T) {
 	})
 }
 
-// TestBudgetProbe checks the rise when loaded and under Hold: Step (1/s) times
+// ceiling are two cuts that saw 40 Mbit/s: at 0 and, the delay not growing,
+// after twice the wait (264ms). Their delay, 14ms, is over Hold but within
+// the budget, so no time over the budget counts. They cut by MaxCut.
+var (
+	ceiling = []budgetStep{
+		{rate: 50e6, delta: 14 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8},
+		{at: 528 * time.Millisecond, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 40e6, load: 1},
+	}
+	ceilingCuts = []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}, {Rate: 38e6, Reason: reasonBloat}}
+)
+
+// TestBudgetProbe checks the rise when loaded and under Hold: Step (2/s) times
 // the headroom below Hold (at least a quarter) times the time since the last
-// call, GentleStep (0.03/s) near a ceiling two cuts agreed on.
+// call, GentleStep (0.02/s) near a ceiling two cuts agreed on. No time is
+// spent over the budget here, so the rise is not slowed.
 func TestBudgetProbe(t *testing.T) {
 	probe := func(at time.Duration, rate float64) budgetStep {
 		return budgetStep{at: at, rate: rate, achieved: rate, load: 1}
-	}
-	// Two cuts that saw 40 Mbit/s: at 0 and, the delay not growing, after
-	// twice the wait (317.5ms).
-	ceiling := []budgetStep{
-		{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
-		{at: 635 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 1},
-	}
-	ceilingCuts := []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}, {Rate: 32e6, Reason: reasonBloat}}
-	after := func(steps []budgetStep, more ...budgetStep) []budgetStep {
-		return append(append([]budgetStep(nil), steps...), more...)
-	}
-	then := func(ps []policies.Proposal, more ...policies.Proposal) []policies.Proposal {
-		return append(append([]policies.Proposal(nil), ps...), more...)
 	}
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "first call assumes 50ms",
 			steps: []budgetStep{probe(0, 40e6)},
-			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "rise over the time since the previous call",
 			steps: []budgetStep{probe(0, 40e6), probe(100*time.Millisecond, 42e6)},
-			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 46.2e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}, {Rate: 50.4e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "a gap counts as at most one second",
 			steps: []budgetStep{probe(0, 40e6), probe(5*time.Second, 10e6)},
-			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 20e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}, {Rate: 30e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "time going back raises nothing",
 			steps: []budgetStep{probe(time.Second, 40e6), probe(900*time.Millisecond, 42e6)},
-			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}, {Rate: 42e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}, {Rate: 42e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "half the headroom, half the rise",
-			steps: []budgetStep{{rate: 40e6, delta: millis(3.75), achieved: 40e6, load: 1}},
-			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(5.625), achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "at hold a quarter of the rise",
-			steps: []budgetStep{{rate: 40e6, delta: millis(7.5), achieved: 40e6, load: 1}},
-			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(11.25), achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "near hold no less than a quarter",
-			steps: []budgetStep{{rate: 40e6, delta: 7 * time.Millisecond, achieved: 40e6, load: 1}},
-			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+			steps: []budgetStep{{rate: 40e6, delta: 10 * time.Millisecond, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "load at Loaded rises",
 			steps: []budgetStep{{rate: 40e6, achieved: 36e6, load: 0.9}},
-			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "load under Loaded decays instead",
@@ -537,78 +554,83 @@ func TestBudgetProbe(t *testing.T) {
 		},
 		{
 			name:  "custom Step",
-			cfg:   policies.BudgetConfig{Step: 2},
+			cfg:   policies.BudgetConfig{Step: 1},
 			steps: []budgetStep{probe(0, 40e6)},
-			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "gently at a ceiling two cuts agreed on",
-			steps: after(ceiling, probe(735*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.03*0.1), Reason: reasonProbe}),
+			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.02*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "gently within 10 % above the ceiling",
-			steps: after(ceiling, probe(735*time.Millisecond, 43.9e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + 0.03*0.1), Reason: reasonProbe}),
+			steps: after(ceiling, probe(628*time.Millisecond, 43.9e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + 0.02*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "custom GentleStep",
+			cfg:   policies.BudgetConfig{GentleStep: 0.5},
+			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.5*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "fast more than 10 % below the ceiling",
-			steps: after(ceiling, probe(735*time.Millisecond, 30e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 33e6, Reason: reasonProbe}),
+			steps: after(ceiling, probe(628*time.Millisecond, 30e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
 		},
 		{
 			name:  "fast more than 10 % above the ceiling",
-			steps: after(ceiling, probe(735*time.Millisecond, 45e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 49.5e6, Reason: reasonProbe}),
+			steps: after(ceiling, probe(628*time.Millisecond, 45e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 54e6, Reason: reasonProbe}),
 		},
 		{
+			// The light tick keeps 75 % of the rate getting through: neither
+			// loaded nor a capacity drop.
 			name: "fast again after Memory",
 			steps: after(ceiling,
-				budgetStep{at: 10535 * time.Millisecond, rate: 40e6, achieved: 4e6, load: 0.1},
-				probe(10635*time.Millisecond, 40e6),
+				budgetStep{at: 10528 * time.Millisecond, rate: 40e6, achieved: 30e6, load: 0.75},
+				probe(10628*time.Millisecond, 40e6),
 			),
 			want: then(ceilingCuts,
-				// 9.9s since the previous call count as one.
+				// 10s since the previous call count as one.
 				policies.Proposal{Rate: 39.2e6, Reason: reasonDecay},
-				policies.Proposal{Rate: 44e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 48e6, Reason: reasonProbe},
 			),
 		},
 		{
 			name: "gently when the cuts agreed within 10 %",
 			steps: []budgetStep{
-				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
+				ceiling[0],
 				// A gap over 200ms: the achieved rate is taken as it is.
-				{at: 635 * time.Millisecond, rate: 40e6, delta: millis(67.5), bloat: true, achieved: 37e6, load: 0.925},
-				probe(735*time.Millisecond, 38e6),
+				{at: 528 * time.Millisecond, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 37e6, load: 0.925},
+				probe(628*time.Millisecond, 38e6),
 			},
 			want: []policies.Proposal{
-				{Rate: 32e6, Reason: reasonBloat},
-				{Rate: 29.6e6, Reason: reasonBloat},
-				{Rate: 38e6 * (1 + 0.03*0.1), Reason: reasonProbe},
+				{Rate: 38e6, Reason: reasonBloat},
+				{Rate: 35.15e6, Reason: reasonBloat},
+				{Rate: 38e6 * (1 + 0.02*0.1), Reason: reasonProbe},
 			},
 		},
 		{
 			name: "fast when the cuts disagreed, as on a cellular link",
 			steps: []budgetStep{
-				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
-				{at: 635 * time.Millisecond, rate: 30e6, delta: millis(67.5), bloat: true, achieved: 20e6, load: 0.67},
-				probe(735*time.Millisecond, 20e6),
+				ceiling[0],
+				{at: 528 * time.Millisecond, rate: 25e6, delta: 14 * time.Millisecond, bloat: true, achieved: 20e6, load: 0.8},
+				probe(628*time.Millisecond, 20e6),
 			},
 			want: []policies.Proposal{
-				{Rate: 32e6, Reason: reasonBloat},
-				{Rate: 16e6, Reason: reasonBloat},
-				{Rate: 22e6, Reason: reasonProbe},
+				{Rate: 38e6, Reason: reasonBloat},
+				{Rate: 19e6, Reason: reasonBloat},
+				{Rate: 24e6, Reason: reasonProbe},
 			},
 		},
 		{
-			name: "fast after a single cut",
-			steps: []budgetStep{
-				{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8},
-				probe(100*time.Millisecond, 40e6),
-			},
+			name:  "fast after a single cut",
+			steps: []budgetStep{ceiling[0], probe(100*time.Millisecond, 40e6)},
 			want: []policies.Proposal{
-				{Rate: 32e6, Reason: reasonBloat},
-				{Rate: 44e6, Reason: reasonProbe},
+				{Rate: 38e6, Reason: reasonBloat},
+				{Rate: 48e6, Reason: reasonProbe},
 			},
 		},
 	})
@@ -622,13 +644,13 @@ func TestBudgetSerialisation(t *testing.T) {
 		{
 			name:  "15ms on a slow link is under hold: probe",
 			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
-			// 3ms left of 7.5ms: headroom 0.6.
-			want: []policies.Proposal{{Rate: 2e6 * (1 + 0.6*0.05), Reason: reasonProbe}},
+			// 3ms of 11.25ms used: headroom 1 - 3/11.25.
+			want: []policies.Proposal{{Rate: 2e6 * (1 + 2*(1-3/11.25)*0.05), Reason: reasonProbe}},
 		},
 		{
 			name:  "15ms with the bloat verdict on a slow link: probe",
 			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, bloat: true, achieved: 2e6, load: 1, threshold: slow}},
-			want:  []policies.Proposal{{Rate: 2e6 * (1 + 0.6*0.05), Reason: reasonProbe}},
+			want:  []policies.Proposal{{Rate: 2e6 * (1 + 2*(1-3/11.25)*0.05), Reason: reasonProbe}},
 		},
 		{
 			name:  "15ms without serialisation: ease",
@@ -643,17 +665,18 @@ func TestBudgetSerialisation(t *testing.T) {
 		{
 			name:  "over the budget after serialisation: cut",
 			steps: []budgetStep{{rate: 2e6, delta: 42 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
-			// 30ms: factor 1 - 22.5/300 = 0.925.
-			want: []policies.Proposal{{Rate: 1.85e6, Reason: reasonBloat}},
+			// 30ms: factor 1 - 18.75/300 = 0.9375.
+			want: []policies.Proposal{{Rate: 1.875e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "bloat factor from the delay less serialisation",
-			steps: []budgetStep{{rate: 2e6, delta: millis(79.5), bloat: true, achieved: 2e6, load: 1, threshold: slow}},
-			want:  []policies.Proposal{{Rate: 1.6e6, Reason: reasonBloat}},
+			steps: []budgetStep{{rate: 2e6, delta: millis(83.25), bloat: true, achieved: 2e6, load: 1, threshold: slow}},
+			// 71.25ms: factor 1 - 60/300 = 0.8.
+			want: []policies.Proposal{{Rate: 1.6e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "a threshold under the budget adds nothing",
-			steps: []budgetStep{{rate: 2e6, delta: 10 * time.Millisecond, achieved: 2e6, load: 1, threshold: 5 * time.Millisecond}},
+			steps: []budgetStep{{rate: 2e6, delta: 13 * time.Millisecond, achieved: 2e6, load: 1, threshold: 5 * time.Millisecond}},
 			want:  []policies.Proposal{{Rate: 1.9e6, Reason: reasonEase}},
 		},
 	})
@@ -734,25 +757,32 @@ func TestBudgetBounds(t *testing.T) {
 		{
 			name:   "cut below min",
 			bounds: bounds,
-			steps:  []budgetStep{{rate: 20e6, delta: millis(157.5), bloat: true, achieved: 20e6, load: 1}},
+			steps:  []budgetStep{{rate: 20e6, delta: millis(161.25), bloat: true, achieved: 20e6, load: 1}},
 			want:   []policies.Proposal{{Rate: 12e6, Reason: reasonBloat}},
 		},
 		{
 			name:   "ease below min",
 			bounds: bounds,
-			steps:  []budgetStep{{rate: 40e6, delta: 10 * time.Millisecond, achieved: 10e6, load: 0.25}},
+			steps:  []budgetStep{{rate: 40e6, delta: 13 * time.Millisecond, achieved: 10e6, load: 0.25}},
 			want:   []policies.Proposal{{Rate: 12e6, Reason: reasonEase}},
 		},
 		{
 			name:   "ease from above max",
 			bounds: bounds,
-			steps:  []budgetStep{{rate: 120e6, delta: 10 * time.Millisecond, achieved: 110e6, load: 0.92}},
+			steps:  []budgetStep{{rate: 120e6, delta: 13 * time.Millisecond, achieved: 110e6, load: 0.92}},
 			want:   []policies.Proposal{{Rate: 100e6, Reason: reasonEase}},
+		},
+		{
+			name:   "capacity drop below min",
+			bounds: bounds,
+			steps: after(steadyLoad(0, 61, 40e6),
+				budgetStep{at: 3050 * time.Millisecond, rate: 42e6, achieved: 10e6, load: 0.24}),
+			want: then(steadyProbes(61, 40e6), policies.Proposal{Rate: 12e6, Reason: reasonDrop}),
 		},
 		{
 			name:   "within bounds untouched",
 			bounds: bounds,
-			steps:  []budgetStep{{rate: 50e6, delta: millis(67.5), bloat: true, achieved: 40e6, load: 0.8}},
+			steps:  []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 0.8}},
 			want:   []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
 		},
 	})
@@ -765,13 +795,13 @@ func TestBudgetNeedsBothVerdicts(t *testing.T) {
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "bloat with the median under hold: probe",
-			steps: []budgetStep{{rate: 40e6, delta: millis(3.75), bloat: true, achieved: 40e6, load: 1}},
-			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(5.625), bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "bloat with the median at hold: probe",
-			steps: []budgetStep{{rate: 40e6, delta: millis(7.5), bloat: true, achieved: 40e6, load: 1}},
-			want:  []policies.Proposal{{Rate: 40.5e6, Reason: reasonProbe}},
+			steps: []budgetStep{{rate: 40e6, delta: millis(11.25), bloat: true, achieved: 40e6, load: 1}},
+			want:  []policies.Proposal{{Rate: 41e6, Reason: reasonProbe}},
 		},
 		{
 			name:  "bloat with no added delay, unloaded: decay",
@@ -780,8 +810,358 @@ func TestBudgetNeedsBothVerdicts(t *testing.T) {
 		},
 		{
 			name:  "bloat with the median just over hold: cut",
-			steps: []budgetStep{{rate: 40e6, delta: 8 * time.Millisecond, bloat: true, achieved: 40e6, load: 1}},
+			steps: []budgetStep{{rate: 40e6, delta: 12 * time.Millisecond, bloat: true, achieved: 40e6, load: 1}},
 			want:  []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}},
+		},
+	})
+}
+
+// TestBudgetStanding checks the hold while the shaper holds a backlog of
+// limitingBacklog (3000 bytes) or more: a delay over Hold acts only once it
+// has stood for Standing (300ms), counted from the first tick over Hold.
+func TestBudgetStanding(t *testing.T) {
+	over := func(at time.Duration, backlog uint64) budgetStep {
+		return budgetStep{at: at, rate: 40e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 1, backlog: backlog}
+	}
+	easing := func(at time.Duration, backlog uint64) budgetStep {
+		return budgetStep{at: at, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1, backlog: backlog}
+	}
+	hold := policies.Proposal{Rate: 40e6, Reason: reasonHold}
+	// factor 1 - 60/300 = 0.8 of 40 Mbit/s.
+	cut := policies.Proposal{Rate: 32e6, Reason: reasonBloat}
+	ease := policies.Proposal{Rate: 38e6, Reason: reasonEase}
+	runBudgetCases(t, []budgetCase{
+		{
+			name: "a backlog holds a delay over the budget until Standing",
+			steps: []budgetStep{
+				over(0, 6000), over(100*time.Millisecond, 6000), over(millis(299.9), 6000),
+				over(300*time.Millisecond, 6000),
+			},
+			want: []policies.Proposal{hold, hold, hold, cut},
+		},
+		{
+			name:  "no backlog cuts at once",
+			steps: []budgetStep{over(0, 0)},
+			want:  []policies.Proposal{cut},
+		},
+		{
+			name:  "a backlog under 3000 bytes cuts at once",
+			steps: []budgetStep{over(0, 2999)},
+			want:  []policies.Proposal{cut},
+		},
+		{
+			name:  "a backlog of 3000 bytes holds",
+			steps: []budgetStep{over(0, 3000)},
+			want:  []policies.Proposal{hold},
+		},
+		{
+			name:  "a backlog holds a delay between hold and budget, then eases",
+			steps: []budgetStep{easing(0, 6000), easing(200*time.Millisecond, 6000), easing(300*time.Millisecond, 6000)},
+			want:  []policies.Proposal{hold, hold, ease},
+		},
+		{
+			name: "the standing time counts from the first tick over hold",
+			steps: []budgetStep{
+				easing(0, 6000), over(150*time.Millisecond, 6000), over(300*time.Millisecond, 6000),
+			},
+			want: []policies.Proposal{hold, hold, cut},
+		},
+		{
+			name: "a delay back under hold starts the standing time again",
+			steps: []budgetStep{
+				easing(0, 6000),
+				{at: 200 * time.Millisecond, rate: 40e6, achieved: 40e6, load: 1, backlog: 6000},
+				easing(400*time.Millisecond, 6000),
+				// 600ms after the first tick over hold, but 200ms after this one.
+				easing(600*time.Millisecond, 6000),
+				easing(700*time.Millisecond, 6000),
+			},
+			want: []policies.Proposal{
+				hold,
+				// A backlog with the delay under hold: the ordinary rise.
+				{Rate: 40e6 * (1 + 2*0.2), Reason: reasonProbe},
+				hold, hold, ease,
+			},
+		},
+		{
+			name:  "custom Standing",
+			cfg:   policies.BudgetConfig{Standing: 100 * time.Millisecond},
+			steps: []budgetStep{over(0, 6000), over(100*time.Millisecond, 6000)},
+			want:  []policies.Proposal{hold, cut},
+		},
+	})
+}
+
+// TestBudgetOverShare checks that the rise slows with the share of recent time
+// spent over the budget: an average over about 5 s, updated on each call by
+// share += (over - share) * min(dt/5, 1), with over 1 when the delay is over
+// the budget, and the step multiplied by max(0.1, 1-2*share).
+//
+// The over-budget ticks are one second apart, at 41.25ms (a 0.9 cut each),
+// on a link whose capacity keeps falling (40, 30, 20, 12 Mbit/s), so that no
+// two cuts agree and the probes at 10 Mbit/s rise by the full Step otherwise.
+func TestBudgetOverShare(t *testing.T) {
+	overAt := func(at time.Duration, capacity float64) budgetStep {
+		return budgetStep{at: at, rate: capacity, delta: millis(41.25), achieved: capacity, load: 1}
+	}
+	probe := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 10e6, achieved: 10e6, load: 1}
+	}
+	sec := time.Second
+	cuts := []policies.Proposal{
+		{Rate: 36e6, Reason: reasonBloat},
+		{Rate: 27e6, Reason: reasonBloat},
+		{Rate: 18e6, Reason: reasonBloat},
+		{Rate: 10.8e6, Reason: reasonBloat},
+	}
+	over := []budgetStep{overAt(0, 40e6), overAt(sec, 30e6), overAt(2*sec, 20e6), overAt(3*sec, 12e6)}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "no time over the budget: the full step",
+			steps: []budgetStep{probe(0)},
+			want:  []policies.Proposal{{Rate: 10e6 * (1 + 2*0.05), Reason: reasonProbe}},
+		},
+		{
+			name:  "a second over the budget slows the rise",
+			steps: after(over[:2], probe(1100*time.Millisecond)),
+			// share: 0.01 after the first call (50ms), 0.01 + 0.99*0.2 = 0.208
+			// after the second, 0.208 * (1 - 0.02) = 0.20384 at the probe.
+			want: then(cuts[:2], policies.Proposal{Rate: 10e6 * (1 + 2*(1-2*0.20384)*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "three seconds over the budget: a tenth of the step",
+			steps: after(over, probe(3100*time.Millisecond)),
+			// share: 0.01, 0.208, 0.3664, 0.49312, then 0.4832576 at the
+			// probe: 1 - 2*share is under 0.1.
+			want: then(cuts, policies.Proposal{Rate: 10e6 * (1 + 2*0.1*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "the share falls again under the budget",
+			steps: after(over[:2], probe(2*sec), probe(3*sec), probe(4*sec)),
+			// share 0.208 falls by a fifth each second: 0.1664, 0.13312,
+			// 0.106496.
+			want: then(cuts[:2],
+				policies.Proposal{Rate: 10e6 * (1 + 2*(1-2*0.1664)), Reason: reasonProbe},
+				policies.Proposal{Rate: 10e6 * (1 + 2*(1-2*0.13312)), Reason: reasonProbe},
+				policies.Proposal{Rate: 10e6 * (1 + 2*(1-2*0.106496)), Reason: reasonProbe},
+			),
+		},
+		{
+			name: "a delay between hold and the budget does not count",
+			steps: []budgetStep{
+				{rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				{at: sec, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				{at: 2 * sec, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(2100 * time.Millisecond),
+			},
+			want: []policies.Proposal{
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 10e6 * (1 + 2*0.1), Reason: reasonProbe},
+			},
+		},
+		{
+			name:  "a gentle step is not slowed further",
+			steps: after(ceiling, budgetStep{at: 628 * time.Millisecond, rate: 40e6, delta: 20 * time.Millisecond, achieved: 40e6, load: 1}, budgetStep{at: 728 * time.Millisecond, rate: 40e6, achieved: 40e6, load: 1}),
+			// The ceiling's cuts agreed on 40 Mbit/s. 20ms is over the budget
+			// (share 0.02, then 0.0196 at the probe) but within the wait after
+			// the last cut (264ms from 528ms): hold. The probe's slowed step,
+			// 2*(1-2*0.0196), is above GentleStep, which it stays at.
+			want: then(ceilingCuts,
+				policies.Proposal{Rate: 40e6, Reason: reasonHold},
+				policies.Proposal{Rate: 40e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+			),
+		},
+	})
+}
+
+// TestBudgetSteadyHold checks that after two cuts that agreed within 10 %
+// (within Memory) Hold is halved: the rate sits just under the link's own
+// ceiling, so a delay between Hold/2 (5.625ms) and Hold (11.25ms) eases off
+// instead of rising.
+func TestBudgetSteadyHold(t *testing.T) {
+	// 300ms after the ceiling's second cut: past the wait (264ms) for an ease.
+	at := 828 * time.Millisecond
+	tick := func(at, delta time.Duration, rate float64) budgetStep {
+		return budgetStep{at: at, rate: rate, delta: delta, achieved: rate, load: 1}
+	}
+	headroom8 := 1 - 8/11.25 // 8ms under the full Hold
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "between half hold and hold eases",
+			steps: after(ceiling, tick(at, 8*time.Millisecond, 38e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonEase}),
+		},
+		{
+			name:  "at the budget eases too",
+			steps: after(ceiling, tick(at, defaultBudget, 38e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonEase}),
+		},
+		{
+			name:  "under half hold rises gently with headroom below half hold",
+			steps: after(ceiling, tick(at, millis(2.8125), 38e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 0.02*0.5*0.3), Reason: reasonProbe}),
+		},
+		{
+			name:  "the bloat verdict between half hold and hold cuts",
+			steps: after(ceiling, budgetStep{at: 1100 * time.Millisecond, rate: 38e6, delta: 8 * time.Millisecond, bloat: true, achieved: 38e6, load: 1}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonBloat}),
+		},
+		{
+			name:  "after a single cut the same delay rises",
+			steps: []budgetStep{ceiling[0], tick(300*time.Millisecond, 8*time.Millisecond, 38e6)},
+			want: []policies.Proposal{
+				ceilingCuts[0],
+				{Rate: 38e6 * (1 + 2*headroom8*0.3), Reason: reasonProbe},
+			},
+		},
+		{
+			name: "after cuts that disagreed the same delay rises",
+			steps: []budgetStep{
+				ceiling[0],
+				{at: 528 * time.Millisecond, rate: 25e6, delta: 14 * time.Millisecond, bloat: true, achieved: 20e6, load: 0.8},
+				tick(at, 8*time.Millisecond, 20e6),
+			},
+			want: []policies.Proposal{
+				ceilingCuts[0],
+				{Rate: 19e6, Reason: reasonBloat},
+				{Rate: 20e6 * (1 + 2*headroom8*0.3), Reason: reasonProbe},
+			},
+		},
+		{
+			name:  "after Memory the same delay rises",
+			steps: after(ceiling, tick(10528*time.Millisecond, 8*time.Millisecond, 38e6)),
+			// A gap counts as one second.
+			want: then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 2*headroom8), Reason: reasonProbe}),
+		},
+	})
+}
+
+// steadyLoad returns n loaded ticks 50ms apart from from, without added
+// delay, whose achieved rates cycle through achieved; each at a rate 5 %
+// above what gets through (load 40/42).
+func steadyLoad(from time.Duration, n int, achieved ...float64) []budgetStep {
+	steps := make([]budgetStep, n)
+	for i := range steps {
+		a := achieved[i%len(achieved)]
+		steps[i] = budgetStep{
+			at:       from + time.Duration(i)*50*time.Millisecond,
+			rate:     a * 1.05,
+			achieved: a,
+			load:     1 / 1.05,
+		}
+	}
+	return steps
+}
+
+// steadyProbes returns what the policy proposes for steadyLoad's ticks with
+// no earlier history: a full rise (Step 2 over 50ms) from each tick's rate.
+func steadyProbes(n int, achieved ...float64) []policies.Proposal {
+	ps := make([]policies.Proposal, n)
+	for i := range ps {
+		ps[i] = policies.Proposal{Rate: achieved[i%len(achieved)] * 1.05 * 1.1, Reason: reasonProbe}
+	}
+	return ps
+}
+
+// TestBudgetCapacityDrop checks the cut on a sudden fall of what gets through
+// on a link that delivered a steady rate while loaded: to MinCut of the new
+// achieved rate, before any delay shows it. The history is 3s of loaded ticks
+// (61, 50ms apart) at 42 Mbit/s with 40 Mbit/s getting through.
+func TestBudgetCapacityDrop(t *testing.T) {
+	const n = 61
+	steady := steadyLoad(0, n, 40e6)
+	steadyWant := steadyProbes(n, 40e6)
+	// A cellular-like link: what gets through alternates between 20 and 40
+	// Mbit/s, a deviation far over 10 % of the mean.
+	cellular := steadyLoad(0, n, 40e6, 20e6)
+	cellularWant := steadyProbes(n, 40e6, 20e6)
+	fall := budgetStep{at: 3050 * time.Millisecond, rate: 42e6, achieved: 10e6, load: 0.24}
+	drop := policies.Proposal{Rate: 5e6, Reason: reasonDrop}
+	// No drop: the unloaded tick drifts towards base over 50ms.
+	decay := policies.Proposal{Rate: 42e6 * (1 - 0.02*0.05), Reason: reasonDecay}
+	with := func(s budgetStep, f func(*budgetStep)) budgetStep {
+		f(&s)
+		return s
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "a fall on a steady link cuts to MinCut of what gets through",
+			steps: after(steady, fall),
+			want:  then(steadyWant, drop),
+		},
+		{
+			name:  "before the delay shows it",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.delta, s.bloat = millis(71.25), true })),
+			want:  then(steadyWant, drop),
+		},
+		{
+			name:  "a fall on a link that varies is left to the delay signal",
+			steps: after(cellular, fall),
+			want:  then(cellularWant, decay),
+		},
+		{
+			name:  "a fall with a backlog in the shaper is no drop",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.backlog = 6000 })),
+			want:  then(steadyWant, decay),
+		},
+		{
+			name:  "a fall to just over 70 % of the mean is no drop",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 29e6, 0.69 })),
+			want:  then(steadyWant, decay),
+		},
+		{
+			name:  "a fall with 70 % of the rate still getting through is no drop",
+			steps: after(steady, budgetStep{at: 3050 * time.Millisecond, rate: 38e6, achieved: 27e6, load: 0.71}),
+			want:  then(steadyWant, policies.Proposal{Rate: 38e6 * (1 - 0.02*0.05), Reason: reasonDecay}),
+		},
+		{
+			name:  "no history of load: no drop",
+			steps: []budgetStep{fall},
+			want:  []policies.Proposal{decay},
+		},
+		{
+			// The fall within the refractory time is not acted on, and it
+			// ends the loaded stretch: the next low tick is no drop either.
+			name: "not within the refractory time of a cut, nor after it",
+			steps: after(steady,
+				budgetStep{at: 3050 * time.Millisecond, rate: 42e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 1 / 1.05},
+				budgetStep{at: 3150 * time.Millisecond, rate: 32e6, achieved: 10e6, load: 0.3125},
+				budgetStep{at: 3300 * time.Millisecond, rate: 32e6, achieved: 10e6, load: 0.3125},
+			),
+			want: then(steadyWant,
+				// factor 0.8 of min(42, 40) Mbit/s.
+				policies.Proposal{Rate: 32e6, Reason: reasonBloat},
+				policies.Proposal{Rate: 32e6 * (1 - 0.02*0.1), Reason: reasonDecay},
+				policies.Proposal{Rate: 32e6 * (1 - 0.02*0.15), Reason: reasonDecay},
+			),
+		},
+		{
+			name: "not after a loaded stretch shorter than a second",
+			steps: []budgetStep{
+				{at: 0, rate: 42e6, achieved: 40e6, load: 1 / 1.05},
+				{at: 50 * time.Millisecond, rate: 42e6, achieved: 40e6, load: 1 / 1.05},
+				{at: 100 * time.Millisecond, rate: 42e6, achieved: 10e6, load: 10.0 / 42},
+			},
+			want: []policies.Proposal{
+				{Rate: 42e6 * (1 + 2*0.05), Reason: reasonProbe},
+				{Rate: 42e6 * (1 + 2*0.05), Reason: reasonProbe},
+				{Rate: 42e6 * (1 - 0.02*0.05), Reason: reasonDecay},
+			},
+		},
+		{
+			name: "the new rate counts as a ceiling two cuts agreed on",
+			steps: after(steady, fall,
+				// Near it the rise is gentle.
+				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
+				// And Hold is halved: 8ms eases, once the wait (250ms) is over.
+				budgetStep{at: 3300 * time.Millisecond, rate: 10e6, delta: 8 * time.Millisecond, achieved: 10e6, load: 1},
+			),
+			want: then(steadyWant, drop,
+				policies.Proposal{Rate: 10e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+				policies.Proposal{Rate: 9.5e6, Reason: reasonEase},
+			),
 		},
 	})
 }

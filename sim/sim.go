@@ -342,7 +342,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 				} else {
 					// ICMP timestamps: whole milliseconds of two clocks.
 					tx := math.Floor(sent + upD + r.offset)
-					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - math.Floor(sent))}})
+					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - sent)}})
 					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
 				}
 			}

@@ -41,6 +41,7 @@ type simFile struct {
 		Step       float64  `toml:"step"`
 		GentleStep float64  `toml:"gentle_step"`
 		Memory     duration `toml:"memory"`
+		Standing   duration `toml:"standing"`
 		Loaded     float64  `toml:"loaded"`
 		Decay      float64  `toml:"decay"`
 	} `toml:"budget"`
@@ -139,7 +140,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		}
 		bc.Hold, bc.Drain, bc.MinCut, bc.MaxCut = b.Hold.Duration, b.Drain.Duration, b.MinCut, b.MaxCut
 		bc.Refractory, bc.Step, bc.GentleStep = b.Refractory.Duration, b.Step, b.GentleStep
-		bc.Memory, bc.Loaded, bc.Decay = b.Memory.Duration, b.Loaded, b.Decay
+		bc.Memory, bc.Standing, bc.Loaded, bc.Decay = b.Memory.Duration, b.Standing.Duration, b.Loaded, b.Decay
 		s := f.Sim
 		cfg.Flows, cfg.Reno, cfg.BaseRTT, cfg.Buffer = s.Flows, s.Reno, s.BaseRTT.Duration, s.Buffer.Duration
 		cfg.Reflectors, cfg.ProbeRate, cfg.ProbeLoss = s.Reflectors, s.ProbeRate, s.ProbeLoss
