@@ -310,7 +310,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 	idle := func() bool { return ctrl != nil && ctrl.State() == controller.Idle }
 
 	for now := int64(0); now < dur; now += stepMs {
-		if now%scoreEvery == 0 {
+		if now%scoreEvery < stepMs {
 			for _, p := range m.paths {
 				p.wait, p.empty = p.fifoWait(now)
 			}
@@ -370,7 +370,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			}
 		}
 
-		if now%scoreEvery == 0 {
+		if now%scoreEvery < stepMs {
 			for _, d := range estimator.Directions {
 				if traces[d] == nil {
 					continue

@@ -214,6 +214,23 @@ const maxWait = 60_000
 // at which the link has delivered q more bytes (q > 0), interpolating within
 // the millisecond that completes them.
 func (t *Trace) Drain(ms int64, q int64) float64 {
+	if t.steps == nil {
+		// Most waits are short: walk the trace for up to 64 ms before
+		// searching.
+		p := int64(len(t.bytes))
+		i := ms % p
+		left := q
+		for k := int64(0); k < 64; k++ {
+			b := int64(t.bytes[i])
+			if b >= left {
+				return float64(k) + float64(left)/float64(b)
+			}
+			left -= b
+			if i++; i == p {
+				i = 0
+			}
+		}
+	}
 	base := t.Cum(ms)
 	target := base + q
 	// Exponential then binary search for the first m with Cum(m+1) >= target.
