@@ -250,13 +250,13 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 			continue
 		}
 		to, reason := c.next(now, d, obs[d])
-		dec, err := c.apply(ctx, now, d, to, reason, obs[d])
+		dec, changed, err := c.apply(ctx, now, d, to, reason, obs[d])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if dec != nil {
-			decisions = append(decisions, *dec)
+		if changed {
+			decisions = append(decisions, dec)
 		}
 	}
 	return decisions, errors.Join(errs...)
@@ -359,9 +359,9 @@ func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Ob
 	return p.Rate, p.Reason
 }
 
-// apply clamps, rounds and writes a rate, returning the decision when the rate
-// changed.
-func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direction, to float64, reason policies.Reason, obs estimator.Observation) (*Decision, error) {
+// apply clamps, rounds and writes a rate, returning the decision and whether
+// the rate changed.
+func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direction, to float64, reason policies.Reason, obs estimator.Observation) (Decision, bool, error) {
 	b := c.cfg.Directions[d].Bounds
 	clamped := b.Clamp(to)
 	if math.IsNaN(to) {
@@ -377,22 +377,22 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 		rate = math.Floor(b.Max/1000) * 1000
 	}
 	if c.written[d] && rate == c.rates[d] {
-		return nil, nil
+		return Decision{}, false, nil
 	}
 	if !c.written[d] {
 		reason = policies.ReasonStart
 	}
 	if err := c.shapers[d].SetRate(ctx, uint64(rate)); err != nil {
-		return nil, fmt.Errorf("failed to set %s rate to %.0f bit/s: %w", d, rate, err)
+		return Decision{}, false, fmt.Errorf("failed to set %s rate to %.0f bit/s: %w", d, rate, err)
 	}
-	dec := &Decision{
+	dec := Decision{
 		Time: now, Link: c.cfg.Link, Direction: d,
 		From: c.rates[d], To: rate, Reason: reason, State: c.state,
 		Clamped: clamped != to, Obs: obs,
 	}
 	c.rates[d] = rate
 	c.written[d] = true
-	return dec, nil
+	return dec, true, nil
 }
 
 // A Clock gives the time and a ticker; Run uses it so tests can drive time.

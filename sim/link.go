@@ -13,8 +13,9 @@ import (
 const stepMs = 2
 
 // wheelSize bounds how many steps ahead data, acks and loss signals can be
-// scheduled; delays longer than wheelSize ms are cut to it.
-const wheelSize = 8192
+// scheduled; delays longer than wheelSize ms are cut to it (8 s at 2 ms
+// steps: longer waits only delay an ack or a loss signal further).
+const wheelSize = 4096
 
 // A chunk is bytes of one flow that entered a queue in one millisecond.
 type chunk struct {
@@ -94,6 +95,7 @@ type path struct {
 	// Shaper: per-flow queues served fairly, each under CoDel. rate 0 means no
 	// shaper at all.
 	rate     float64 // bit/s
+	perStep  float64 // bytes the rate allows per step
 	credit   float64 // bytes
 	fq       []ring
 	fqBytes  []int64
@@ -113,6 +115,11 @@ type path struct {
 	cake cakeEstimator
 	// served bytes of the bottleneck (for packet departure times)
 	servedBytes int64
+
+	// The ack wheel slot for deliveries at ackAt with return delay ackBack.
+	ackAt   int64
+	ackBack float64
+	ackSlot int
 
 	wait float64 // this ms: the bottleneck's FIFO wait beyond an empty queue's, ms
 	// empty is the wait an empty bottleneck would give this ms.
@@ -138,6 +145,7 @@ func newPath(m *Model, dir estimator.Direction, tr *Trace, limit int64) *path {
 // scaled as CAKE does at low rates.
 func (p *path) setRate(bps float64) {
 	p.rate = bps
+	p.perStep = bps / 8000 * stepMs
 	p.target, p.interval = 5, 100
 	if bps > 0 {
 		mtuMs := float64(PacketBytes) * 8 * 1000 / bps
@@ -256,7 +264,11 @@ func (p *path) serve(now int64, back float64) {
 // after back (ms).
 func (p *path) deliver(now int64, i int32, b int64, back float64) {
 	p.delivered += b
-	p.ack[p.slot(now+clampDelay(back))+int(i)] += int32(b)
+	if now != p.ackAt || back != p.ackBack {
+		p.ackAt, p.ackBack = now, back
+		p.ackSlot = p.slot(now + clampDelay(back))
+	}
+	p.ack[p.ackSlot+int(i)] += int32(b)
 }
 
 // drop loses bytes of flow i; the sender hears of it after the time the
@@ -340,8 +352,7 @@ func (p *path) serveShaper(now int64, back float64) {
 	if p.rate <= 0 {
 		return
 	}
-	perStep := p.rate / 8000 * stepMs
-	p.credit = min(p.credit+perStep, perStep+PacketBytes)
+	p.credit = min(p.credit+p.perStep, p.perStep+PacketBytes)
 	if p.sqBytes == 0 {
 		return
 	}
@@ -351,11 +362,16 @@ func (p *path) serveShaper(now int64, back float64) {
 	}
 	k := int64(0)
 	for i, b := range p.fqBytes {
-		if b > 0 {
+		if b == 0 {
+			continue
+		}
+		// CoDel has nothing to do while the head is young and it is not
+		// dropping.
+		if a := &p.aqm[i]; a.dropping || a.firstAbove != 0 || now-p.fq[i].front().at >= p.target {
 			p.codel(now, int32(i), ahead, back)
-			if p.fqBytes[i] > 0 {
-				k++
-			}
+		}
+		if p.fqBytes[i] > 0 {
+			k++
 		}
 	}
 	budget := int64(p.credit)
