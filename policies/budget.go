@@ -264,6 +264,12 @@ func (b *Budget) Next(in Input) Proposal {
 		next := rate * (1 + step*headroom*dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
+	// Traffic that does not press against the rate: if it is substantial, it
+	// is TCP recovering from a loss or the like, and the rate is still about
+	// right; only light traffic lets the rate drift towards base.
+	if o.Load >= c.Loaded/2 {
+		return Proposal{Rate: rate, Reason: ReasonHold}
+	}
 	base := in.Bounds.Base
 	switch {
 	case rate > base:

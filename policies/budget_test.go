@@ -434,7 +434,8 @@ func TestBudgetEase(t *testing.T) {
 		},
 		{
 			// The first tick is not loaded (the rate was above the traffic), so
-			// the fall is no capacity drop and the ease rule decides.
+			// the fall is no capacity drop and the ease rule decides; its
+			// traffic is substantial, so the rate holds meanwhile.
 			name: "capacity step uses the tick's achieved rate, not the smoothed one",
 			steps: []budgetStep{
 				{rate: 60e6, achieved: 40e6, load: 0.67},
@@ -442,7 +443,7 @@ func TestBudgetEase(t *testing.T) {
 				{at: 50 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 10e6, load: 0.25},
 			},
 			want: []policies.Proposal{
-				{Rate: 60e6 * (1 - 0.02*0.05), Reason: reasonDecay},
+				{Rate: 60e6, Reason: reasonHold},
 				{Rate: 9.5e6, Reason: reasonEase},
 			},
 		},
@@ -548,9 +549,9 @@ func TestBudgetProbe(t *testing.T) {
 			want:  []policies.Proposal{{Rate: 44e6, Reason: reasonProbe}},
 		},
 		{
-			name:  "load under Loaded decays instead",
+			name:  "load under Loaded holds instead",
 			steps: []budgetStep{{rate: 40e6, achieved: 35.6e6, load: 0.89}},
-			want:  []policies.Proposal{{Rate: 40e6 * (1 - 0.02*0.05), Reason: reasonDecay}},
+			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonHold}},
 		},
 		{
 			name:  "custom Step",
@@ -585,16 +586,15 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 54e6, Reason: reasonProbe}),
 		},
 		{
-			// The light tick keeps 75 % of the rate getting through: neither
-			// loaded nor a capacity drop.
+			// The tick before keeps 75 % of the rate getting through: neither
+			// loaded nor a capacity drop, so the rate holds.
 			name: "fast again after Memory",
 			steps: after(ceiling,
 				budgetStep{at: 10528 * time.Millisecond, rate: 40e6, achieved: 30e6, load: 0.75},
 				probe(10628*time.Millisecond, 40e6),
 			),
 			want: then(ceilingCuts,
-				// 10s since the previous call count as one.
-				policies.Proposal{Rate: 39.2e6, Reason: reasonDecay},
+				policies.Proposal{Rate: 40e6, Reason: reasonHold},
 				policies.Proposal{Rate: 48e6, Reason: reasonProbe},
 			),
 		},
@@ -725,8 +725,21 @@ func TestBudgetDecay(t *testing.T) {
 		},
 		{
 			name:  "light load decays too",
-			steps: []budgetStep{{rate: 40e6, achieved: 20e6, load: 0.5}},
+			steps: []budgetStep{{rate: 40e6, achieved: 16e6, load: 0.4}},
 			want:  []policies.Proposal{{Rate: 39.96e6, Reason: reasonDecay}},
+		},
+		{
+			// From half of Loaded the traffic is substantial (TCP recovering
+			// from a loss, say) and the rate is still about right.
+			name: "substantial load holds, light load decays",
+			steps: []budgetStep{
+				{rate: 40e6, achieved: 24e6, load: 0.6},
+				{at: 100 * time.Millisecond, rate: 40e6, achieved: 12e6, load: 0.3},
+			},
+			want: []policies.Proposal{
+				{Rate: 40e6, Reason: reasonHold},
+				{Rate: 40e6 * (1 - 0.02*0.1), Reason: reasonDecay},
+			},
 		},
 		{
 			name:  "custom Decay",
@@ -1081,6 +1094,9 @@ func TestBudgetCapacityDrop(t *testing.T) {
 	drop := policies.Proposal{Rate: 5e6, Reason: reasonDrop}
 	// No drop: the unloaded tick drifts towards base over 50ms.
 	decay := policies.Proposal{Rate: 42e6 * (1 - 0.02*0.05), Reason: reasonDecay}
+	// No drop either, but with half of Loaded or more getting through the
+	// rate holds.
+	hold := policies.Proposal{Rate: 42e6, Reason: reasonHold}
 	with := func(s budgetStep, f func(*budgetStep)) budgetStep {
 		f(&s)
 		return s
@@ -1109,12 +1125,12 @@ func TestBudgetCapacityDrop(t *testing.T) {
 		{
 			name:  "a fall to just over 70 % of the mean is no drop",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 29e6, 0.69 })),
-			want:  then(steadyWant, decay),
+			want:  then(steadyWant, hold),
 		},
 		{
 			name:  "a fall with 70 % of the rate still getting through is no drop",
 			steps: after(steady, budgetStep{at: 3050 * time.Millisecond, rate: 38e6, achieved: 27e6, load: 0.71}),
-			want:  then(steadyWant, policies.Proposal{Rate: 38e6 * (1 - 0.02*0.05), Reason: reasonDecay}),
+			want:  then(steadyWant, policies.Proposal{Rate: 38e6, Reason: reasonHold}),
 		},
 		{
 			name:  "no history of load: no drop",

@@ -203,7 +203,7 @@ type Model struct {
 }
 
 // debugHook, when set by a test, sees every tick.
-var debugHook func(now int64, m *Model, c *controller.Controller)
+var debugHook func(now int64, m *Model, c *controller.Controller, decs []controller.Decision)
 
 // scoreEvery is the independent probe's interval, ms.
 const scoreEvery = 10
@@ -366,7 +366,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 				changes[dec.Direction]++
 			}
 			if debugHook != nil {
-				debugHook(now, m, ctrl)
+				debugHook(now, m, ctrl, decs)
 			}
 		}
 
