@@ -7,6 +7,7 @@ package actuator
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Stats are a shaper's counters at one instant.
@@ -21,13 +22,43 @@ type Stats struct {
 	// CapacityEstimate is CAKE's ingress capacity estimate in bit/s, 0 when
 	// the backend has none.
 	CapacityEstimate uint64
+	// Tins are CAKE's per-tin statistics, nil for other backends.
+	Tins []TinStats
+}
+
+// TinStats are the statistics of one CAKE tin (priority class).
+type TinStats struct {
+	SentPackets, SentBytes uint64
+	DroppedPackets         uint64
+	ECNMarkedPackets       uint64
+	AckDropsPackets        uint64
+	BacklogBytes           uint64
+	// ThresholdRate is the tin's rate threshold in bit/s.
+	ThresholdRate uint64
+	// Target and Interval are the tin's AQM parameters.
+	Target, Interval time.Duration
+	// PeakDelay, AvgDelay and BaseDelay are CAKE's delay trackers.
+	PeakDelay, AvgDelay, BaseDelay time.Duration
+	SparseFlows, BulkFlows         uint32
+	UnresponsiveFlows              uint32
+}
+
+// A Change says what SetRate did, for the decision log.
+type Change struct {
+	// Iface is the interface whose shaper was set; Kind its qdisc's kind.
+	Iface, Kind string
+	// From and To are the rates before and after, in bit/s.
+	From, To uint64
+	// Wrote is false when the kernel already held the rate: nothing was
+	// written.
+	Wrote bool
 }
 
 // A Shaper controls the rate of one direction's shaper.
 type Shaper interface {
-	// SetRate changes the shaper's rate to bps bit/s. Implementations write only
-	// when the rate differs from what the shaper holds.
-	SetRate(ctx context.Context, bps uint64) error
+	// SetRate changes the shaper's rate to bps bit/s. Implementations read
+	// the rate the kernel holds first and write only when it differs.
+	SetRate(ctx context.Context, bps uint64) (Change, error)
 	// Stats reads the shaper's counters.
 	Stats(ctx context.Context) (Stats, error)
 }
@@ -45,18 +76,20 @@ type Fake struct {
 var _ Shaper = (*Fake)(nil)
 
 // SetRate records bps; a rate equal to the current one is not a write.
-func (f *Fake) SetRate(_ context.Context, bps uint64) error {
+func (f *Fake) SetRate(_ context.Context, bps uint64) (Change, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return f.err
+		return Change{}, f.err
 	}
+	ch := Change{Kind: "fake", From: f.rate, To: bps}
 	if bps == f.rate {
-		return nil
+		return ch, nil
 	}
 	f.rate = bps
 	f.writes = append(f.writes, bps)
-	return nil
+	ch.Wrote = true
+	return ch, nil
 }
 
 // Stats returns the stats last given to SetStats.

@@ -382,13 +382,14 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	if !c.written[d] {
 		reason = policies.ReasonStart
 	}
-	if err := c.shapers[d].SetRate(ctx, uint64(rate)); err != nil {
+	change, err := c.shapers[d].SetRate(ctx, uint64(rate))
+	if err != nil {
 		return Decision{}, false, fmt.Errorf("failed to set %s rate to %.0f bit/s: %w", d, rate, err)
 	}
 	dec := Decision{
 		Time: now, Link: c.cfg.Link, Direction: d,
 		From: c.rates[d], To: rate, Reason: reason, State: c.state,
-		Clamped: clamped != to, Obs: obs,
+		Clamped: clamped != to, Obs: obs, Change: change,
 	}
 	c.rates[d] = rate
 	c.written[d] = true

@@ -912,12 +912,14 @@ func TestDecisionMarshalLogObject(t *testing.T) {
 					Delta: 22500 * time.Microsecond, Threshold: 16 * time.Millisecond, Bloat: true,
 					Achieved: 8.5e6, Load: 0.85, CapacityEstimate: 9.5e6, Reflectors: 3,
 				},
+				Change: actuator.Change{Iface: "ifb4wan", Kind: "cake", From: 10e6, To: 9e6, Wrote: true},
 			},
 			want: map[string]any{
 				"time": t0, "link": "wan", "dir": "down",
 				"from_kbit": 10000.0, "rate_kbit": 9000.0, "reason": "bloat", "state": "active", "clamped": false,
 				"delay_ms": 22.5, "threshold_ms": 16.0, "bloat": true,
 				"achieved_kbit": 8500.0, "load": 0.85, "capacity_estimate_kbit": 9500.0, "reflectors": 3,
+				"iface": "ifb4wan", "qdisc": "cake", "written": true,
 			},
 		},
 		{
@@ -930,7 +932,7 @@ func TestDecisionMarshalLogObject(t *testing.T) {
 				"time": t0, "dir": "up",
 				"from_kbit": 2000.0, "rate_kbit": 5000.0, "reason": "probe_up", "state": "stall", "clamped": true,
 				"delay_ms": 0.0, "threshold_ms": 0.0, "bloat": false,
-				"achieved_kbit": 0.0, "load": 0.0, "reflectors": 0,
+				"achieved_kbit": 0.0, "load": 0.0, "reflectors": 0, "written": false,
 			},
 		},
 	}

@@ -5,6 +5,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/autoshape/autoshape/actuator"
+
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 )
@@ -23,6 +25,9 @@ type Decision struct {
 	// Clamped is true when the policy's rate was cut to the bounds.
 	Clamped bool
 	Obs     estimator.Observation
+	// Change is what the actuator did: the interface, the qdisc, and whether
+	// anything was written.
+	Change actuator.Change
 }
 
 // MarshalLogObject implements zapcore.ObjectMarshaler.
@@ -46,6 +51,13 @@ func (d Decision) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddFloat64("capacity_estimate_kbit", d.Obs.CapacityEstimate/1000)
 	}
 	enc.AddInt("reflectors", d.Obs.Reflectors)
+	if d.Change.Iface != "" {
+		enc.AddString("iface", d.Change.Iface)
+	}
+	if d.Change.Kind != "" {
+		enc.AddString("qdisc", d.Change.Kind)
+	}
+	enc.AddBool("written", d.Change.Wrote)
 	return nil
 }
 

@@ -476,9 +476,10 @@ func insertSample(list []pendingSample, p pendingSample) []pendingSample {
 // simShaper is the controller's view of a path's shaper.
 type simShaper struct{ p *path }
 
-func (s *simShaper) SetRate(_ context.Context, bps uint64) error {
+func (s *simShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, error) {
+	ch := actuator.Change{Iface: s.p.dir.String(), Kind: "sim", From: uint64(s.p.rate), To: bps, Wrote: uint64(s.p.rate) != bps}
 	s.p.setRate(float64(bps))
-	return nil
+	return ch, nil
 }
 
 func (s *simShaper) Stats(context.Context) (actuator.Stats, error) {

@@ -1,0 +1,83 @@
+package actuator
+
+import (
+	"errors"
+	"time"
+)
+
+// A LinkLayer is the framing below IP that the shaper accounts for.
+type LinkLayer int
+
+// Link layers.
+const (
+	// Ethernet: no cell framing (CAKE's noatm).
+	Ethernet LinkLayer = iota
+	// ATM: packets padded to whole 48-byte cells sent as 53 bytes (ADSL).
+	ATM
+	// PTM: 64/65 coding (VDSL2).
+	PTM
+)
+
+// Framing is the per-packet overhead a shaper accounts for.
+type Framing struct {
+	// Overhead is added to every packet's length, in bytes; CAKE accepts
+	// -64 to 256, HTB 0 to 65535.
+	Overhead int
+	// MPU is the minimum packet unit in bytes (0: none).
+	MPU uint32
+	// LinkLayer is the cell framing.
+	LinkLayer LinkLayer
+}
+
+// CakeOptions are CAKE's settings beyond rate and framing. A nil pointer or
+// an empty string leaves the kernel's default and sends nothing for it.
+type CakeOptions struct {
+	// RTT tunes the AQM (CAKE's "rtt"), default 100ms.
+	RTT time.Duration
+	// DiffServ is "besteffort", "precedence", "diffserv3" (the kernel's
+	// default), "diffserv4" or "diffserv8".
+	DiffServ string
+	// FlowMode is "flowblind", "srchost", "dsthost", "hosts", "flows",
+	// "dual-srchost", "dual-dsthost" or "triple-isolate" (the default).
+	FlowMode string
+	// NAT makes flow isolation look up the conntrack table.
+	NAT *bool
+	// Wash clears DSCP marks.
+	Wash *bool
+	// Ingress counts dropped packets against the rate (for an IFB).
+	Ingress *bool
+	// AckFilter is "no-ack-filter", "ack-filter" or
+	// "ack-filter-aggressive".
+	AckFilter string
+	// SplitGSO splits GSO super-packets (the kernel's default is on).
+	SplitGSO *bool
+	// Memory limits the queue's memory in bytes (0: automatic).
+	Memory uint32
+}
+
+// Errors the loop and the command line handle.
+var (
+	// ErrNoQdisc: the interface has no root qdisc autoshape can use.
+	ErrNoQdisc = errors.New("no usable root qdisc")
+	// ErrNotSupported: the kernel lacks the qdisc kind.
+	ErrNotSupported = errors.New("qdisc kind not supported by this kernel")
+)
+
+// A backend builds, changes, reads and removes the shaping on the root of
+// one interface. Interfaces are named by index, looked up by the caller for
+// every operation (a PPPoE reconnect gives an interface a new index).
+type backend interface {
+	// Kind is the root qdisc's kind: "cake" or "htb".
+	Kind() string
+	// Create builds the shaping on ifindex at bps bit/s. It fails when the
+	// interface already has a root qdisc other than the default one.
+	Create(ifindex uint32, bps uint64) error
+	// Rate reads the rate the kernel holds, in bit/s.
+	Rate(ifindex uint32) (uint64, error)
+	// SetRate changes only the rate and disturbs no other setting.
+	SetRate(ifindex uint32, bps uint64) error
+	// Stats reads the shaper's counters.
+	Stats(ifindex uint32) (Stats, error)
+	// Remove deletes the root qdisc and everything under it.
+	Remove(ifindex uint32) error
+}
