@@ -70,6 +70,9 @@ type Config struct {
 	// NoCapacityEstimate hides CAKE's download capacity estimate from the
 	// controller (as with the HTB backend).
 	NoCapacityEstimate bool
+	// Bounds override the rate bounds DefaultBounds derives from the trace,
+	// per direction (nil: derive).
+	Bounds [2]*policies.Bounds
 	// Tick is the controller's tick, default 50ms.
 	Tick time.Duration
 
@@ -145,6 +148,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("probe loss %g must be in [0, 1]", c.ProbeLoss)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("tick %v is shorter than 1ms", c.Tick)
+	}
+	for _, d := range estimator.Directions {
+		if b := c.Bounds[d]; b != nil {
+			if err := controller.ValidateBounds(*b); err != nil {
+				return fmt.Errorf("%s bounds: %w", d, err)
+			}
+		}
 	}
 	return nil
 }
@@ -270,6 +280,9 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 				continue
 			}
 			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
+			if b := cfg.Bounds[d]; b != nil {
+				bounds[d] = *b
+			}
 			cc.Directions[d].Bounds = bounds[d]
 			pol, err := scheme.Policy(d, bounds[d], means[d])
 			if err != nil {

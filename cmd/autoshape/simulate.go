@@ -12,6 +12,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
 )
@@ -45,6 +47,11 @@ type simFile struct {
 		Loaded     float64  `toml:"loaded"`
 		Decay      float64  `toml:"decay"`
 	} `toml:"budget"`
+	Bounds map[string]struct {
+		Min  string `toml:"min"`
+		Base string `toml:"base"`
+		Max  string `toml:"max"`
+	} `toml:"bounds"`
 	Sim struct {
 		Flows              int      `toml:"flows"`
 		Reno               bool     `toml:"reno"`
@@ -145,6 +152,35 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		cfg.Flows, cfg.Reno, cfg.BaseRTT, cfg.Buffer = s.Flows, s.Reno, s.BaseRTT.Duration, s.Buffer.Duration
 		cfg.Reflectors, cfg.ProbeRate, cfg.ProbeLoss = s.Reflectors, s.ProbeRate, s.ProbeLoss
 		cfg.Echo, cfg.NoCapacityEstimate, cfg.Tick = s.Echo, s.NoCapacityEstimate, s.Tick.Duration
+		for dir, b := range f.Bounds {
+			d, err := parseDirection(dir)
+			if err != nil {
+				return usagef("--config %s: bounds.%s: %v", *cfgFile, dir, err)
+			}
+			tr := cfg.Down
+			if d == estimator.Up {
+				tr = cfg.Up
+			}
+			if tr == nil {
+				return usagef("--config %s: bounds.%s: that direction carries no load", *cfgFile, dir)
+			}
+			// Unset values keep what the trace suggests.
+			bounds := sim.DefaultBounds(tr, effectiveDuration(cfg))
+			for _, v := range []struct {
+				key, val string
+				dst      *float64
+			}{{"min", b.Min, &bounds.Min}, {"base", b.Base, &bounds.Base}, {"max", b.Max, &bounds.Max}} {
+				if v.val == "" {
+					continue
+				}
+				r, err := actuator.ParseRate(v.val)
+				if err != nil {
+					return usagef("--config %s: bounds.%s.%s: %v", *cfgFile, dir, v.key, err)
+				}
+				*v.dst = r
+			}
+			cfg.Bounds[d] = &bounds
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
@@ -231,4 +267,15 @@ func orNone(s string) string {
 		return "(no load)"
 	}
 	return s
+}
+
+// parseDirection accepts "down" or "up".
+func parseDirection(s string) (estimator.Direction, error) {
+	switch s {
+	case "down":
+		return estimator.Down, nil
+	case "up":
+		return estimator.Up, nil
+	}
+	return 0, fmt.Errorf("unknown direction %q (want down or up)", s)
 }
