@@ -158,8 +158,8 @@ type Budget struct {
 	achieved  float64   // achieved rate smoothed over about 200ms
 	overSince time.Time // the delay has been over Hold since
 	overShare float64   // share of the last ~5 s over the budget
-	// What got through during the current loaded stretch: mean and variance
-	// over about 2 s, and the stretch's length in seconds.
+	// What got through while loaded: mean and variance over about 2 s, and
+	// the loaded time behind them in seconds (worn down by unloaded time).
 	loadedMean, loadedVar float64
 	loadedTime            float64
 }
@@ -296,7 +296,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	c := b.cfg
 	// What got through while loaded, averaged over about 2 s, and how much it
 	// varied: a steady link varies by a few per cent, a cellular one by half.
-	// The history counts only an unbroken loaded stretch of at least a second.
+	// The history must hold at least a second of loaded time.
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	if o.Load >= 0.8 || o.Backlog >= limitingBacklog {
 		w := math.Min(dt/2, 1)
@@ -309,7 +309,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 		b.loadedTime += dt
 		return Proposal{}, false
 	}
-	b.loadedTime = 0
+	// Unloaded time wears the history down twice as fast as loaded time
+	// builds it: a dip of a tick or two keeps it, a quiet spell ends it.
+	b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
 	// Nearly nothing getting through is more likely traffic that ended than
 	// a link that lost nine tenths of its capacity: the idle rules handle it.
 	if stretch < 1 || dev >= 0.1*mean ||
@@ -374,8 +376,14 @@ func (b *Budget) cut(in Input) Proposal {
 	b.lastCut = in.Now
 	b.cutDelay = delay
 	b.bloatAt = in.Now
-	// Never more than MinCut of the rate in one step.
-	next := math.Max(capacity*factor, in.Rate*c.MinCut)
+	// Never more than MinCut of the rate in one step, unless less gets
+	// through than the rate allows (but not next to nothing, as in a fade):
+	// then what gets through is the capacity, measured.
+	floor := in.Rate * c.MinCut
+	if o.Load < c.Loaded && o.Achieved >= 0.2*in.Rate {
+		floor = 0
+	}
+	next := math.Max(capacity*factor, floor)
 	return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonBloat}
 }
 

@@ -269,10 +269,16 @@ func TestBudgetCut(t *testing.T) {
 			want:  []policies.Proposal{{Rate: 20e6, Reason: reasonBloat}},
 		},
 		{
-			name:  "never below MinCut of the rate",
-			steps: []budgetStep{{rate: 50e6, delta: millis(161.25), bloat: true, achieved: 10e6, load: 0.2}},
-			// 0.5 * 10 Mbit/s would be 5 Mbit/s.
+			name:  "never below MinCut of the rate in a fade",
+			steps: []budgetStep{{rate: 50e6, delta: millis(161.25), bloat: true, achieved: 5e6, load: 0.1}},
+			// 0.5 * 5 Mbit/s would be 2.5 Mbit/s.
 			want: []policies.Proposal{{Rate: 25e6, Reason: reasonBloat}},
+		},
+		{
+			name:  "below half when less gets through than the rate",
+			steps: []budgetStep{{rate: 50e6, delta: millis(161.25), bloat: true, achieved: 10e6, load: 0.2}},
+			// 0.5 * the measured 10 Mbit/s.
+			want: []policies.Proposal{{Rate: 5e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "achieved above the rate counts as the rate",
@@ -1138,9 +1144,10 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			want:  []policies.Proposal{decay},
 		},
 		{
-			// The fall within the refractory time is not acted on, and it
-			// ends the loaded stretch: the next low tick is no drop either.
-			name: "not within the refractory time of a cut, nor after it",
+			// The fall within the refractory time is not acted on; once that
+			// has passed it is (one unloaded tick does not wear three seconds
+			// of loaded history away).
+			name: "not within the refractory time of a cut",
 			steps: after(steady,
 				budgetStep{at: 3050 * time.Millisecond, rate: 42e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 1 / 1.05},
 				budgetStep{at: 3150 * time.Millisecond, rate: 32e6, achieved: 10e6, load: 0.3125},
@@ -1150,8 +1157,27 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				// factor 0.8 of min(42, 40) Mbit/s.
 				policies.Proposal{Rate: 32e6, Reason: reasonBloat},
 				policies.Proposal{Rate: 32e6 * (1 - 0.02*0.1), Reason: reasonDecay},
-				policies.Proposal{Rate: 32e6 * (1 - 0.02*0.15), Reason: reasonDecay},
+				drop,
 			),
+		},
+		{
+			// Two seconds with next to nothing getting through (traffic that
+			// ended, not a drop) wear three seconds of loaded history away.
+			name: "not after a quiet spell",
+			steps: func() []budgetStep {
+				steps := append([]budgetStep(nil), steady...)
+				for i := 1; i <= 40; i++ {
+					steps = append(steps, budgetStep{at: 3000*time.Millisecond + time.Duration(i)*50*time.Millisecond, rate: 42e6, achieved: 1e6, load: 1.0 / 42})
+				}
+				return append(steps, budgetStep{at: 5050 * time.Millisecond, rate: 42e6, achieved: 10e6, load: 0.24})
+			}(),
+			want: func() []policies.Proposal {
+				want := append([]policies.Proposal(nil), steadyWant...)
+				for i := 1; i <= 41; i++ {
+					want = append(want, decay)
+				}
+				return want
+			}(),
 		},
 		{
 			name: "not after a loaded stretch shorter than a second",
