@@ -25,6 +25,7 @@ const usage = `usage: autoshape COMMAND [FLAGS]
 
 commands:
   simulate   replay a capacity trace through the link model under several schemes
+  shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
   version    print the version
 
 Run 'autoshape COMMAND -h' for a command's flags.
@@ -44,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "simulate":
 		err = simulate(args[1:], stdout, stderr)
+	case "shape":
+		err = shape(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "autoshape %s\n", version)
 	case "help", "-h", "--help":

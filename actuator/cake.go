@@ -1,0 +1,374 @@
+package actuator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/florianl/go-tc"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// cakeHandle is the handle autoshape gives the root cake qdisc it creates,
+// 1: (as in "tc qdisc add dev X root handle 1: cake").
+const cakeHandle = 0x10000
+
+// CAKE's link-layer modes (CAKE_ATM_*, include/uapi/linux/pkt_sched.h),
+// checked against what iproute2 sends for noatm, atm and ptm.
+const (
+	cakeATMNone = 0
+	cakeATMATM  = 1
+	cakeATMPTM  = 2
+)
+
+// A cakeMode is one of the names a CAKE option accepts and the number the
+// kernel takes for it.
+type cakeMode struct {
+	name  string
+	value uint32
+}
+
+// cakeDiffServModes are CAKE_DIFFSERV_*, checked against iproute2.
+var cakeDiffServModes = []cakeMode{
+	{"diffserv3", 0}, {"diffserv4", 1}, {"diffserv8", 2},
+	{"besteffort", 3}, {"precedence", 4},
+}
+
+// cakeFlowModes are CAKE_FLOW_*, checked against iproute2.
+var cakeFlowModes = []cakeMode{
+	{"flowblind", 0}, {"srchost", 1}, {"dsthost", 2}, {"hosts", 3},
+	{"flows", 4}, {"dual-srchost", 5}, {"dual-dsthost", 6},
+	{"triple-isolate", 7},
+}
+
+// cakeAckFilters are CAKE_ACK_*, checked against iproute2.
+var cakeAckFilters = []cakeMode{
+	{"no-ack-filter", 0}, {"ack-filter", 1}, {"ack-filter-aggressive", 2},
+}
+
+// lookupCakeMode finds name among modes; option names the setting in the
+// error.
+func lookupCakeMode(option, name string, modes []cakeMode) (uint32, error) {
+	names := make([]string, 0, len(modes))
+	for _, m := range modes {
+		if m.name == name {
+			return m.value, nil
+		}
+		names = append(names, m.name)
+	}
+	return 0, fmt.Errorf("invalid CAKE %s %q: want one of %s", option, name, strings.Join(names, ", "))
+}
+
+// cakeAttrs returns the CAKE options for creating a cake qdisc shaping at
+// bps bit/s with framing f and options o. It sends what iproute2's tc sends
+// for the equivalent command line (compared in the tests against captures in
+// testdata/cake):
+//   - the rate in bytes per second, and AUTORATE 0, which tc sends with every
+//     "bandwidth";
+//   - ATM always, since the framing is always known (Ethernet is noatm, the
+//     kernel's default);
+//   - OVERHEAD only when f.Overhead is not 0: 0 leaves CAKE in its raw mode
+//     (the kernel's packet length, MAC header included), as a tc command
+//     without an overhead keyword does;
+//   - MPU only when not 0;
+//   - RTT with TARGET = RTT/20 (at least 1 µs), as tc's "rtt" does;
+//   - every other option only when set in o.
+func cakeAttrs(bps uint64, f Framing, o CakeOptions) (*tc.Cake, error) {
+	// Below 8 bit/s the rate in bytes/s is 0, which CAKE reads as unlimited.
+	if bps < 8 {
+		return nil, fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
+	}
+	c := &tc.Cake{BaseRate: new(bps / 8), Autorate: new(uint32(0))}
+
+	switch f.LinkLayer {
+	case Ethernet:
+		c.Atm = new(uint32(cakeATMNone))
+	case ATM:
+		c.Atm = new(uint32(cakeATMATM))
+	case PTM:
+		c.Atm = new(uint32(cakeATMPTM))
+	default:
+		return nil, fmt.Errorf("invalid link layer %d: want Ethernet, ATM or PTM", f.LinkLayer)
+	}
+
+	if f.Overhead < -64 || f.Overhead > 256 {
+		return nil, fmt.Errorf("invalid CAKE overhead %d bytes: want -64 to 256", f.Overhead)
+	}
+	if f.Overhead != 0 {
+		// The kernel reads the attribute as a signed 32-bit number.
+		c.Overhead = new(uint32(int32(f.Overhead)))
+	}
+	if f.MPU > 256 {
+		return nil, fmt.Errorf("invalid CAKE mpu %d bytes: want 0 to 256", f.MPU)
+	}
+	if f.MPU != 0 {
+		c.Mpu = new(f.MPU)
+	}
+
+	if o.RTT != 0 {
+		us := o.RTT / time.Microsecond
+		if us < 1 || us > math.MaxUint32 {
+			return nil, fmt.Errorf("invalid CAKE rtt %v: want 1µs to %v", o.RTT, time.Duration(math.MaxUint32)*time.Microsecond)
+		}
+		rtt := uint32(us)
+		c.Rtt = new(rtt)
+		c.Target = new(max(rtt/20, 1))
+	}
+	if o.DiffServ != "" {
+		v, err := lookupCakeMode("diffserv mode", o.DiffServ, cakeDiffServModes)
+		if err != nil {
+			return nil, err
+		}
+		c.DiffServMode = &v
+	}
+	if o.FlowMode != "" {
+		v, err := lookupCakeMode("flow mode", o.FlowMode, cakeFlowModes)
+		if err != nil {
+			return nil, err
+		}
+		c.FlowMode = &v
+	}
+	if o.AckFilter != "" {
+		v, err := lookupCakeMode("ack filter", o.AckFilter, cakeAckFilters)
+		if err != nil {
+			return nil, err
+		}
+		c.AckFilter = &v
+	}
+	c.Nat = cakeBool(o.NAT)
+	c.Wash = cakeBool(o.Wash)
+	c.Ingress = cakeBool(o.Ingress)
+	c.SplitGso = cakeBool(o.SplitGSO)
+	if o.Memory != 0 {
+		c.Memory = new(o.Memory)
+	}
+	return c, nil
+}
+
+// cakeBool is a CAKE on/off option: nil sends nothing, else 0 or 1.
+func cakeBool(b *bool) *uint32 {
+	if b == nil {
+		return nil
+	}
+	if *b {
+		return new(uint32(1))
+	}
+	return new(uint32(0))
+}
+
+// cakeCreate is the request that creates the root cake qdisc 1: on ifindex.
+func cakeCreate(ifindex uint32, bps uint64, f Framing, o CakeOptions) (*tc.Object, error) {
+	attrs, err := cakeAttrs(bps, f, o)
+	if err != nil {
+		return nil, err
+	}
+	return &tc.Object{
+		Msg: tc.Msg{
+			Family:  unix.AF_UNSPEC,
+			Ifindex: ifindex,
+			Handle:  cakeHandle,
+			Parent:  tc.HandleRoot,
+		},
+		Attribute: tc.Attribute{Kind: "cake", Cake: attrs},
+	}, nil
+}
+
+// cakeRateChange is the request that changes only the rate of ifindex's
+// root cake qdisc: CAKE's change applies just the options present, so the
+// other settings stay. Handle 0 addresses the root qdisc whatever its handle
+// (one sqm-scripts created, say), as "tc qdisc change dev X root cake" does.
+// Unlike tc's change, it sends no AUTORATE 0, so that it leaves
+// autorate-ingress as it is.
+func cakeRateChange(ifindex uint32, bps uint64) (*tc.Object, error) {
+	if bps < 8 {
+		return nil, fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
+	}
+	return &tc.Object{
+		Msg: tc.Msg{
+			Family:  unix.AF_UNSPEC,
+			Ifindex: ifindex,
+			Parent:  tc.HandleRoot,
+		},
+		Attribute: tc.Attribute{Kind: "cake", Cake: &tc.Cake{BaseRate: new(bps / 8)}},
+	}, nil
+}
+
+// cake is the CAKE backend: a cake qdisc at the root of the interface,
+// written through go-tc; its statistics come from the project's own
+// RTM_GETQDISC dump, since go-tc decodes none.
+type cake struct {
+	// mu serialises the use of conn: go-tc sends a request and reads its
+	// answer in two steps, so concurrent calls could take each other's
+	// answers.
+	mu      sync.Mutex
+	conn    *tc.Tc
+	framing Framing
+	opts    CakeOptions
+	// netns is the network namespace (a file descriptor; 0: the calling
+	// thread's) in which the statistics are read; it must be the one conn
+	// was opened in.
+	netns int
+}
+
+var _ backend = (*cake)(nil)
+
+// newCake returns a CAKE backend that creates its qdiscs with framing f and
+// options o. It turns on extended acknowledgements on conn, so that errors
+// carry the kernel's explanation.
+func newCake(conn *tc.Tc, f Framing, o CakeOptions) *cake {
+	// An old kernel without extended acknowledgements still works, with
+	// terser errors.
+	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
+	return &cake{conn: conn, framing: f, opts: o}
+}
+
+// Kind returns "cake".
+func (c *cake) Kind() string { return "cake" }
+
+// Create builds the root cake qdisc 1: on ifindex at bps bit/s. A kernel
+// without CAKE gives an error wrapping ErrNotSupported.
+func (c *cake) Create(ifindex uint32, bps uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	obj, err := cakeCreate(ifindex, bps, c.framing, c.opts)
+	if err != nil {
+		return fmt.Errorf("failed to create CAKE on ifindex %d: %w", ifindex, err)
+	}
+	err = c.conn.Qdisc().Add(obj)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP):
+		// ENOENT is the kernel's answer to an unknown qdisc kind.
+		return fmt.Errorf("failed to create CAKE on ifindex %d: %w (try --backend htb): %w", ifindex, ErrNotSupported, err)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("failed to create CAKE on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
+	case errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("failed to create CAKE on ifindex %d: the interface already has a root qdisc: %w", ifindex, err)
+	}
+	return fmt.Errorf("failed to create CAKE on ifindex %d: %w", ifindex, err)
+}
+
+// root returns ifindex's root qdisc, which must be cake; when it is another
+// kind, the error wraps ErrNoQdisc and the qdisc is returned with it.
+func (c *cake) root(ifindex uint32) (tc.Object, error) {
+	objs, err := c.conn.Qdisc().Get()
+	if err != nil {
+		return tc.Object{}, fmt.Errorf("failed to list qdiscs: %w", err)
+	}
+	for _, o := range objs {
+		if o.Ifindex != ifindex || o.Parent != tc.HandleRoot {
+			continue
+		}
+		if o.Kind != "cake" {
+			return o, fmt.Errorf("root qdisc is %q: %w", o.Kind, ErrNoQdisc)
+		}
+		return o, nil
+	}
+	return tc.Object{}, fmt.Errorf("no root qdisc: %w", ErrNoQdisc)
+}
+
+// Rate reads the rate of ifindex's root cake qdisc in bit/s (a multiple of
+// 8: the kernel holds bytes/s).
+func (c *cake) Rate(ifindex uint32) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.root(ifindex)
+	if err != nil {
+		return 0, fmt.Errorf("failed to read CAKE rate on ifindex %d: %w", ifindex, err)
+	}
+	if o.Cake == nil || o.Cake.BaseRate == nil {
+		return 0, fmt.Errorf("failed to read CAKE rate on ifindex %d: the kernel sent no rate", ifindex)
+	}
+	return cakeBits(*o.Cake.BaseRate), nil
+}
+
+// SetRate changes only the rate of ifindex's root cake qdisc, to bps bit/s
+// rounded down to whole bytes/s. An interface whose root is not cake gives
+// an error wrapping ErrNoQdisc.
+func (c *cake) SetRate(ifindex uint32, bps uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	obj, err := cakeRateChange(ifindex, bps)
+	if err != nil {
+		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	}
+	err = c.conn.Qdisc().Change(obj)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL):
+		// ENOENT: the root is the default qdisc, there is nothing to
+		// change. EINVAL: the root is another kind (the rate itself is
+		// never invalid).
+		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w: %w", ifindex, ErrNoQdisc, err)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("failed to change CAKE rate on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
+	}
+	return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+}
+
+// Stats reads the counters of ifindex's root cake qdisc: bytes, packets,
+// drops and backlog from the generic statistics go-tc decodes (the old
+// struct tc_stats; go-tc mis-decodes TCA_STATS2), the capacity estimate and
+// the tins from CAKE's own statistics.
+func (c *cake) Stats(ifindex uint32) (Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.root(ifindex)
+	if err != nil {
+		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
+	}
+	if o.Stats == nil {
+		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS", ifindex)
+	}
+	cs, err := readCakeStatsIn(c.netns, ifindex)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		Bytes:            o.Stats.Bytes,
+		Packets:          uint64(o.Stats.Packets),
+		Drops:            uint64(o.Stats.Drops),
+		Backlog:          uint64(o.Stats.Backlog),
+		CapacityEstimate: cs.CapacityEstimate,
+		Tins:             cs.Tins,
+	}, nil
+}
+
+// Remove deletes ifindex's root cake qdisc. An interface with only its
+// default root qdisc (handle 0) is left as it is; one whose root is another
+// kind is left alone too, with an error wrapping ErrNoQdisc.
+func (c *cake) Remove(ifindex uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.root(ifindex)
+	switch {
+	case o.Kind != "" && o.Handle == 0:
+		// The default root qdisc (noqueue, pfifo_fast, mq, or cake as
+		// net.core.default_qdisc): nothing autoshape created, and the
+		// kernel refuses to delete it.
+		return nil
+	case err != nil:
+		return fmt.Errorf("failed to remove CAKE on ifindex %d: %w", ifindex, err)
+	}
+	err = c.conn.Qdisc().Delete(&tc.Object{
+		Msg: tc.Msg{
+			Family:  unix.AF_UNSPEC,
+			Ifindex: ifindex,
+			Handle:  o.Handle,
+			Parent:  tc.HandleRoot,
+		},
+		// go-tc wants options even for a delete; an empty set is sent as
+		// an empty TCA_OPTIONS, which the kernel ignores.
+		Attribute: tc.Attribute{Kind: "cake", Cake: &tc.Cake{}},
+	})
+	if err != nil {
+		return fmt.Errorf("failed to remove CAKE on ifindex %d: %w", ifindex, err)
+	}
+	return nil
+}

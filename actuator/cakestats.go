@@ -1,0 +1,335 @@
+package actuator
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/florianl/go-tc"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Netlink attribute types around a qdisc's statistics (include/uapi/linux/
+// rtnetlink.h and gen_stats.h).
+const (
+	tcaKind     = 1 // TCA_KIND: the qdisc's kind, a NUL-terminated string
+	tcaStats2   = 7 // TCA_STATS2: nest of TCA_STATS_* attributes
+	tcaStatsApp = 4 // TCA_STATS_APP: the qdisc's own statistics
+)
+
+// tcmsgLen is the size of struct tcmsg, which heads every RTM_*QDISC message.
+const tcmsgLen = 20
+
+// CAKE's statistics attributes (TCA_CAKE_STATS_*, include/uapi/linux/
+// pkt_sched.h), nested in TCA_STATS_APP. Types 11 to 16 are per-flow class
+// statistics and never appear here.
+const (
+	cakeStatsCapacityEstimate64 = 2
+	cakeStatsMemoryLimit        = 3
+	cakeStatsMemoryUsed         = 4
+	cakeStatsAvgNetoff          = 5
+	cakeStatsMinNetlen          = 6
+	cakeStatsMaxNetlen          = 7
+	cakeStatsMinAdjlen          = 8
+	cakeStatsMaxAdjlen          = 9
+	cakeStatsTinStats           = 10
+)
+
+// The per-tin attributes (TCA_CAKE_TIN_STATS_*) inside each tin's nest. The
+// types this decoder does not need (the *_BYTES64 siblings of the packet
+// counters, BACKLOG_PACKETS, the WAY_* hash statistics, MAX_SKBLEN and
+// FLOW_QUANTUM) are skipped like unknown ones.
+const (
+	cakeTinSentPackets        = 2
+	cakeTinSentBytes64        = 3
+	cakeTinDroppedPackets     = 4
+	cakeTinAcksDroppedPackets = 6
+	cakeTinECNMarkedPackets   = 8
+	cakeTinBacklogBytes       = 11
+	cakeTinThresholdRate64    = 12
+	cakeTinTargetUS           = 13
+	cakeTinIntervalUS         = 14
+	cakeTinPeakDelayUS        = 18
+	cakeTinAvgDelayUS         = 19
+	cakeTinBaseDelayUS        = 20
+	cakeTinSparseFlows        = 21
+	cakeTinBulkFlows          = 22
+	cakeTinUnresponsiveFlows  = 23
+)
+
+// CakeStats are the statistics CAKE reports beyond the generic qdisc
+// counters (TCA_STATS_APP of a cake qdisc).
+type CakeStats struct {
+	// CapacityEstimate is CAKE's ingress capacity estimate in bit/s. It
+	// follows the traffic only while CAKE runs with autorate-ingress;
+	// otherwise it stays at the rate the qdisc was created with.
+	CapacityEstimate uint64
+	// MemoryLimit is the queue's memory limit and MemoryUsed the most
+	// memory it has used, in bytes.
+	MemoryLimit, MemoryUsed uint32
+	// AvgNetoff is the average offset of the network header in a packet,
+	// in bytes.
+	AvgNetoff uint32
+	// MinNetlen and MaxNetlen are the smallest and largest packet lengths
+	// seen; MinAdjlen and MaxAdjlen the same after CAKE's overhead and
+	// cell framing, in bytes.
+	MinNetlen, MaxNetlen uint32
+	MinAdjlen, MaxAdjlen uint32
+	// Tins are the tins' statistics in the kernel's order (tin 1 first).
+	Tins []TinStats
+}
+
+// errCakeStats marks statistics the decoder cannot read.
+var errCakeStats = errors.New("invalid CAKE statistics")
+
+// decodeCakeStats decodes the payload of a cake qdisc's TCA_STATS_APP
+// attribute: the nested TCA_CAKE_STATS_* attributes. Attribute types it does
+// not know are skipped, since newer kernels add some; a known attribute of
+// the wrong size, a truncated attribute, tins out of order or missing tin
+// statistics are errors.
+func decodeCakeStats(b []byte) (CakeStats, error) {
+	var s CakeStats
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return CakeStats{}, fmt.Errorf("%w: %w", errCakeStats, err)
+	}
+	sawTins := false
+	for ad.Next() {
+		switch ad.Type() {
+		case cakeStatsCapacityEstimate64:
+			s.CapacityEstimate = cakeBits(ad.Uint64())
+		case cakeStatsMemoryLimit:
+			s.MemoryLimit = ad.Uint32()
+		case cakeStatsMemoryUsed:
+			s.MemoryUsed = ad.Uint32()
+		case cakeStatsAvgNetoff:
+			s.AvgNetoff = ad.Uint32()
+		case cakeStatsMinNetlen:
+			s.MinNetlen = ad.Uint32()
+		case cakeStatsMaxNetlen:
+			s.MaxNetlen = ad.Uint32()
+		case cakeStatsMinAdjlen:
+			s.MinAdjlen = ad.Uint32()
+		case cakeStatsMaxAdjlen:
+			s.MaxAdjlen = ad.Uint32()
+		case cakeStatsTinStats:
+			sawTins = true
+			ad.Nested(func(nad *netlink.AttributeDecoder) error {
+				tins, err := decodeCakeTins(nad)
+				s.Tins = tins
+				return err
+			})
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return CakeStats{}, fmt.Errorf("%w: %w", errCakeStats, err)
+	}
+	// The kernel always ends with the tins and a qdisc has at least one, so
+	// their absence means the input was cut short.
+	if !sawTins || len(s.Tins) == 0 {
+		return CakeStats{}, fmt.Errorf("%w: no tin statistics", errCakeStats)
+	}
+	return s, nil
+}
+
+// decodeCakeTins decodes the nest of tins, numbered 1 to N in order.
+func decodeCakeTins(ad *netlink.AttributeDecoder) ([]TinStats, error) {
+	tins := make([]TinStats, 0, ad.Len())
+	for ad.Next() {
+		n := len(tins) + 1
+		if int(ad.Type()) != n {
+			return nil, fmt.Errorf("tin %d where tin %d was expected", ad.Type(), n)
+		}
+		var tin TinStats
+		ad.Nested(func(nad *netlink.AttributeDecoder) error {
+			tin = decodeCakeTin(nad)
+			if err := nad.Err(); err != nil {
+				return fmt.Errorf("tin %d: %w", n, err)
+			}
+			return nil
+		})
+		tins = append(tins, tin)
+	}
+	return tins, ad.Err()
+}
+
+// decodeCakeTin decodes one tin's attributes; errors stay in ad.
+func decodeCakeTin(ad *netlink.AttributeDecoder) TinStats {
+	var t TinStats
+	for ad.Next() {
+		switch ad.Type() {
+		case cakeTinSentPackets:
+			t.SentPackets = uint64(ad.Uint32())
+		case cakeTinSentBytes64:
+			t.SentBytes = ad.Uint64()
+		case cakeTinDroppedPackets:
+			t.DroppedPackets = uint64(ad.Uint32())
+		case cakeTinAcksDroppedPackets:
+			t.AckDropsPackets = uint64(ad.Uint32())
+		case cakeTinECNMarkedPackets:
+			t.ECNMarkedPackets = uint64(ad.Uint32())
+		case cakeTinBacklogBytes:
+			t.BacklogBytes = uint64(ad.Uint32())
+		case cakeTinThresholdRate64:
+			t.ThresholdRate = cakeBits(ad.Uint64())
+		case cakeTinTargetUS:
+			t.Target = cakeMicros(ad.Uint32())
+		case cakeTinIntervalUS:
+			t.Interval = cakeMicros(ad.Uint32())
+		case cakeTinPeakDelayUS:
+			t.PeakDelay = cakeMicros(ad.Uint32())
+		case cakeTinAvgDelayUS:
+			t.AvgDelay = cakeMicros(ad.Uint32())
+		case cakeTinBaseDelayUS:
+			t.BaseDelay = cakeMicros(ad.Uint32())
+		case cakeTinSparseFlows:
+			t.SparseFlows = ad.Uint32()
+		case cakeTinBulkFlows:
+			t.BulkFlows = ad.Uint32()
+		case cakeTinUnresponsiveFlows:
+			t.UnresponsiveFlows = ad.Uint32()
+		}
+	}
+	return t
+}
+
+// cakeBits converts bytes/s to bit/s, saturating instead of wrapping.
+func cakeBits(v uint64) uint64 {
+	if v > math.MaxUint64/8 {
+		return math.MaxUint64
+	}
+	return v * 8
+}
+
+// cakeMicros converts a kernel count of microseconds to a Duration.
+func cakeMicros(us uint32) time.Duration {
+	return time.Duration(us) * time.Microsecond
+}
+
+// A qdiscMessage is what the CAKE statistics reader needs from one
+// RTM_NEWQDISC message.
+type qdiscMessage struct {
+	// Ifindex, Handle and Parent come from the tcmsg header.
+	Ifindex        uint32
+	Handle, Parent uint32
+	// Kind is TCA_KIND, e.g. "cake".
+	Kind string
+	// App is the payload of TCA_STATS2 -> TCA_STATS_APP, nil when the
+	// message has none.
+	App []byte
+}
+
+// decodeQdiscMessage decodes the payload of one RTM_NEWQDISC message: the
+// 20-byte tcmsg header, then the attributes, of which it keeps TCA_KIND and
+// TCA_STATS2 -> TCA_STATS_APP. When only the attributes are malformed, the
+// header fields are still returned with the error, so that a caller can tell
+// whose message it was.
+func decodeQdiscMessage(b []byte) (qdiscMessage, error) {
+	if len(b) < tcmsgLen {
+		return qdiscMessage{}, fmt.Errorf("qdisc message of %d bytes is shorter than its %d-byte header", len(b), tcmsgLen)
+	}
+	// struct tcmsg: family u8, 3 bytes of padding, ifindex s32, handle u32,
+	// parent u32, info u32, all in the host's byte order.
+	q := qdiscMessage{
+		Ifindex: binary.NativeEndian.Uint32(b[4:8]),
+		Handle:  binary.NativeEndian.Uint32(b[8:12]),
+		Parent:  binary.NativeEndian.Uint32(b[12:16]),
+	}
+	ad, err := netlink.NewAttributeDecoder(b[tcmsgLen:])
+	if err != nil {
+		return q, fmt.Errorf("invalid qdisc attributes: %w", err)
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case tcaKind:
+			q.Kind = ad.String()
+		case tcaStats2:
+			ad.Nested(func(nad *netlink.AttributeDecoder) error {
+				for nad.Next() {
+					if nad.Type() == tcaStatsApp {
+						q.App = nad.Bytes()
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return q, fmt.Errorf("invalid qdisc attributes: %w", err)
+	}
+	return q, nil
+}
+
+// readCakeStats reads the statistics of ifindex's root cake qdisc in the
+// calling thread's network namespace. An interface whose root qdisc is not
+// cake gives an error wrapping ErrNoQdisc.
+func readCakeStats(ifindex uint32) (CakeStats, error) {
+	return readCakeStatsIn(0, ifindex)
+}
+
+// readCakeStatsIn is readCakeStats in the network namespace whose file
+// descriptor is netns (0: the calling thread's). It dumps the qdiscs with
+// RTM_GETQDISC over its own netlink socket, because go-tc decodes no CAKE
+// statistics.
+func readCakeStatsIn(netns int, ifindex uint32) (CakeStats, error) {
+	qs, err := dumpQdiscs(netns)
+	if err != nil {
+		return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
+	}
+	for _, q := range qs {
+		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot {
+			continue
+		}
+		if q.Kind != "cake" {
+			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: root qdisc is %q: %w", ifindex, q.Kind, ErrNoQdisc)
+		}
+		if q.App == nil {
+			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS_APP", ifindex)
+		}
+		s, err := decodeCakeStats(q.App)
+		if err != nil {
+			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
+		}
+		return s, nil
+	}
+	return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: no root qdisc: %w", ifindex, ErrNoQdisc)
+}
+
+// dumpQdiscs lists every qdisc in the network namespace netns (0: the
+// calling thread's). Any message that cannot be decoded fails the dump, so
+// that a broken message is never taken for a missing qdisc.
+func dumpQdiscs(netns int) ([]qdiscMessage, error) {
+	conn, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: netns})
+	if err != nil {
+		return nil, fmt.Errorf("failed to open a netlink socket: %w", err)
+	}
+	defer conn.Close()
+
+	req := netlink.Message{
+		Header: netlink.Header{
+			Type:  unix.RTM_GETQDISC,
+			Flags: netlink.Request | netlink.Dump,
+		},
+		// A zeroed tcmsg: family AF_UNSPEC, all interfaces.
+		Data: make([]byte, tcmsgLen),
+	}
+	msgs, err := conn.Execute(req)
+	if err != nil {
+		return nil, fmt.Errorf("failed to dump qdiscs: %w", err)
+	}
+	qs := make([]qdiscMessage, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Header.Type != unix.RTM_NEWQDISC {
+			continue
+		}
+		q, err := decodeQdiscMessage(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("failed to decode the qdisc on ifindex %d: %w", q.Ifindex, err)
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}

@@ -1,0 +1,463 @@
+package actuator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/florianl/go-tc"
+	"github.com/florianl/go-tc/core"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Handles of the HTB tree autoshape builds, as tc prints them: the root
+// qdisc 1:, its only class 1:1 and the leaf qdisc 10: under that class.
+const (
+	htbRootHandle  uint32 = 0x0001_0000 // 1:
+	htbClassHandle uint32 = 0x0001_0001 // 1:1
+	htbLeafHandle  uint32 = 0x0010_0000 // 10:
+)
+
+// Sizes in bytes that the HTB tree is built from.
+const (
+	// htbMTU is one full Ethernet frame, the smallest burst and quantum
+	// that lets a class send a whole packet at once.
+	htbMTU = 1514
+	// htbMaxQuantum is the largest quantum HTB takes without complaint.
+	htbMaxQuantum = 200_000
+	// htbR2Q is the root's rate-to-quantum divisor (tc's default).
+	htbR2Q = 10
+	// htbFqCodelLimit is fq_codel's packet limit (the kernel's default).
+	htbFqCodelLimit = 10240
+)
+
+// minHTBRate is the lowest rate HTB is given, in bit/s: below it one
+// frame's transmit time no longer fits the kernel's 32-bit tick counts.
+const minHTBRate = 8000
+
+// Link layers in a tc_ratespec (TC_LINKLAYER_*).
+const (
+	tcLinkLayerEthernet uint8 = 1
+	tcLinkLayerATM      uint8 = 2
+)
+
+// clockOnce reads the kernel's packet scheduler clock (/proc/net/psched)
+// once: HTB's burst sizes are written in its ticks.
+var (
+	clockOnce sync.Once
+	clockErr  error
+)
+
+func initClock() error {
+	clockOnce.Do(func() {
+		if err := core.InitializeClock(); err != nil {
+			clockErr = fmt.Errorf("failed to read the packet scheduler clock: %w", err)
+		}
+	})
+	return clockErr
+}
+
+// An htb is the fallback backend: a root HTB qdisc 1: whose default class
+// 1:1 holds the rate, with an fq_codel leaf 10: under it, or a short bfifo
+// where the kernel lacks fq_codel.
+//
+// HTB knows Ethernet and ATM framing. PTM (VDSL2's 64/65 coding) is not an
+// HTB link layer: with PTM framing the rate given to the kernel is scaled by
+// 64/65 and Rate scales it back, so a PTM line is shaped as if its rate were
+// 64/65 of the sync rate, which is what the coding leaves for packets.
+//
+// An htb serialises its own calls; its connection must not be used by
+// anything else at the same time.
+type htb struct {
+	mu      sync.Mutex
+	conn    *tc.Tc
+	framing Framing
+}
+
+var _ backend = (*htb)(nil)
+
+// newHTB returns an HTB backend that talks to the kernel over conn and
+// builds classes with framing f. It turns on extended acknowledgements on
+// conn so that errors carry the kernel's message.
+func newHTB(conn *tc.Tc, f Framing) *htb {
+	// Best effort: without extended acks errors still carry the errno.
+	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
+	return &htb{conn: conn, framing: f}
+}
+
+// Kind returns "htb".
+func (h *htb) Kind() string { return "htb" }
+
+// Create builds root qdisc 1:, class 1:1 at bps and the leaf 10: on
+// ifindex. The kernel refuses it when the interface has a root qdisc other
+// than its default one; the error then wraps fs.ErrExist (unix.EEXIST).
+func (h *htb) Create(ifindex uint32, bps uint64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	const op = "create HTB"
+	if err := h.framing.checkHTB(); err != nil {
+		return opErr(op, ifindex, err)
+	}
+	if err := initClock(); err != nil {
+		return opErr(op, ifindex, err)
+	}
+	bytes, err := htbBytesPerSecond(bps, h.framing.LinkLayer)
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	root := tc.Object{
+		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbRootHandle, Parent: tc.HandleRoot},
+		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{
+			Init: &tc.HtbGlob{Version: 3, Rate2Quantum: htbR2Q, Defcls: htbClassHandle & 0xffff},
+		}},
+	}
+	// Add, not Replace: the kernel itself refuses to override a root qdisc
+	// that is not the default one, with no window between check and write.
+	if err := h.conn.Qdisc().Add(&root); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return opErr(op, ifindex, fmt.Errorf("the interface already has a root qdisc: %w", err))
+		}
+		return opErr(op, ifindex, err)
+	}
+	spec := htbRateSpec(h.framing)
+	class := tc.Object{
+		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbClassHandle, Parent: htbRootHandle},
+		Attribute: tc.Attribute{Kind: "htb",
+			Htb: htbClassOptions(bytes, spec, htbQuantum(bytes), 0)},
+	}
+	if err := h.conn.Class().Add(&class); err != nil {
+		return opErr(op, ifindex, h.undo(ifindex, fmt.Errorf("failed to add class 1:1: %w", err)))
+	}
+	if err := h.addLeaf(ifindex, bytes); err != nil {
+		return opErr(op, ifindex, h.undo(ifindex, err))
+	}
+	return nil
+}
+
+// undo deletes a half-built tree after err.
+func (h *htb) undo(ifindex uint32, err error) error {
+	if derr := h.deleteRoot(ifindex); derr != nil {
+		return fmt.Errorf("%w (and failed to delete the partial HTB: %v)", err, derr)
+	}
+	return err
+}
+
+// addLeaf puts fq_codel under class 1:1, or a bfifo sized for bytes/s when
+// the kernel has no fq_codel.
+func (h *htb) addLeaf(ifindex uint32, bytes uint64) error {
+	msg := tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle}
+	limit, ecn := uint32(htbFqCodelLimit), uint32(1)
+	err := h.conn.Qdisc().Add(&tc.Object{Msg: msg, Attribute: tc.Attribute{
+		Kind: "fq_codel", FqCodel: &tc.FqCodel{Limit: &limit, ECN: &ecn},
+	}})
+	if err == nil {
+		return nil
+	}
+	// A kernel without the kind answers ENOENT ("Specified qdisc kind is
+	// unknown"); anything else is a real failure.
+	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("failed to add fq_codel leaf 10: %w", err)
+	}
+	err = h.conn.Qdisc().Add(&tc.Object{Msg: msg, Attribute: tc.Attribute{
+		Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: bfifoLimit(bytes)},
+	}})
+	if err != nil {
+		return fmt.Errorf("failed to add bfifo leaf 10: %w", err)
+	}
+	return nil
+}
+
+// Rate reads class 1:1's rate, in bit/s.
+func (h *htb) Rate(ifindex uint32) (uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	class, err := h.class(ifindex)
+	if err != nil {
+		return 0, opErr("read HTB rate", ifindex, err)
+	}
+	return bpsFromKernel(classRate(class.Htb), h.framing.LinkLayer), nil
+}
+
+// SetRate changes class 1:1's rate and ceiling to bps, keeping the class's
+// link layer, overhead, MPU, quantum and priority as the kernel holds them,
+// so that it also works on a class someone else built. It resizes the leaf
+// when that is autoshape's bfifo. It writes nothing when the kernel already
+// holds what it would write.
+func (h *htb) SetRate(ifindex uint32, bps uint64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	const op = "change HTB rate"
+	if err := initClock(); err != nil {
+		return opErr(op, ifindex, err)
+	}
+	bytes, err := htbBytesPerSecond(bps, h.framing.LinkLayer)
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	class, err := h.class(ifindex)
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	old := class.Htb.Parms
+	quantum := old.Quantum
+	if quantum == 0 {
+		quantum = htbQuantum(bytes)
+	}
+	opts := htbClassOptions(bytes, old.Rate, quantum, old.Prio)
+	if sameClassRate(class.Htb, opts) {
+		return nil
+	}
+	// The leaf first, so that a retry after a failed class write finds the
+	// old rate and does both again. A leaf class reports its qdisc's
+	// handle in tcm_info; only a leaf autoshape made can be its bfifo.
+	if class.Info == htbLeafHandle {
+		if err := h.resizeLeaf(ifindex, bfifoLimit(bytes)); err != nil {
+			return opErr(op, ifindex, err)
+		}
+	}
+	err = h.conn.Class().Replace(&tc.Object{
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbClassHandle, Parent: class.Parent},
+		Attribute: tc.Attribute{Kind: "htb", Htb: opts},
+	})
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	return nil
+}
+
+// resizeLeaf sets the bfifo leaf 10: to limit bytes; it leaves any other
+// kind of leaf alone.
+func (h *htb) resizeLeaf(ifindex uint32, limit uint32) error {
+	qdiscs, err := h.conn.Qdisc().Get()
+	if err != nil {
+		return fmt.Errorf("failed to read qdiscs: %w", err)
+	}
+	for _, q := range qdiscs {
+		if q.Ifindex != ifindex || q.Handle != htbLeafHandle || q.Parent != htbClassHandle {
+			continue
+		}
+		if q.Kind != "bfifo" || (q.Bfifo != nil && q.Bfifo.Limit == limit) {
+			return nil
+		}
+		err := h.conn.Qdisc().Change(&tc.Object{
+			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle},
+			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: limit}},
+		})
+		if err != nil {
+			return fmt.Errorf("failed to resize bfifo leaf 10: to %d bytes: %w", limit, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// Stats reads the root HTB qdisc's counters. The root's drops include those
+// of the leaf's AQM (the kernel adds them up the tree), which class 1:1's
+// do not.
+func (h *htb) Stats(ifindex uint32) (Stats, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	qdiscs, err := h.conn.Qdisc().Get()
+	if err != nil {
+		return Stats{}, opErr("read HTB stats", ifindex, err)
+	}
+	for _, q := range qdiscs {
+		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot || q.Kind != "htb" {
+			continue
+		}
+		if q.Stats == nil {
+			return Stats{}, opErr("read HTB stats", ifindex, errors.New("the kernel sent no statistics"))
+		}
+		return statsFromTC(q.Stats), nil
+	}
+	return Stats{}, opErr("read HTB stats", ifindex, fmt.Errorf("no root htb qdisc: %w", ErrNoQdisc))
+}
+
+// statsFromTC converts the kernel's struct tc_stats.
+func statsFromTC(s *tc.Stats) Stats {
+	return Stats{
+		Bytes:   s.Bytes,
+		Packets: uint64(s.Packets),
+		Drops:   uint64(s.Drops),
+		Backlog: uint64(s.Backlog),
+	}
+}
+
+// Remove deletes the root HTB qdisc and everything under it. An interface
+// with only its default root qdisc is left as it is; another kind of root
+// qdisc is an error wrapping ErrNoQdisc, and is not deleted.
+func (h *htb) Remove(ifindex uint32) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	const op = "remove HTB"
+	qdiscs, err := h.conn.Qdisc().Get()
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	for _, q := range qdiscs {
+		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot {
+			continue
+		}
+		switch {
+		case q.Handle == 0:
+			// The kernel's default root: nothing of ours.
+			return nil
+		case q.Kind != "htb":
+			return opErr(op, ifindex, fmt.Errorf("the root qdisc is %s: %w", q.Kind, ErrNoQdisc))
+		}
+		if err := h.deleteRoot(ifindex); err != nil {
+			return opErr(op, ifindex, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// deleteRoot deletes the root qdisc if it is an HTB; the kernel checks the
+// kind, so another backend's root is never deleted here.
+func (h *htb) deleteRoot(ifindex uint32) error {
+	return h.conn.Qdisc().Delete(&tc.Object{
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Parent: tc.HandleRoot},
+		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{}},
+	})
+}
+
+// class reads HTB class 1:1 of ifindex.
+func (h *htb) class(ifindex uint32) (tc.Object, error) {
+	classes, err := h.conn.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex})
+	if err != nil {
+		return tc.Object{}, fmt.Errorf("failed to read classes: %w", err)
+	}
+	for _, c := range classes {
+		if c.Handle == htbClassHandle && c.Kind == "htb" && c.Htb != nil && c.Htb.Parms != nil {
+			return c, nil
+		}
+	}
+	return tc.Object{}, fmt.Errorf("no HTB class 1:1: %w", ErrNoQdisc)
+}
+
+// opErr wraps err with the operation and interface, and says which
+// capability is missing when the kernel refused for lack of privilege.
+func opErr(op string, ifindex uint32, err error) error {
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("failed to %s on ifindex %d: %w (autoshape needs CAP_NET_ADMIN)", op, ifindex, err)
+	}
+	return fmt.Errorf("failed to %s on ifindex %d: %w", op, ifindex, err)
+}
+
+// checkHTB reports whether HTB can account for f.
+func (f Framing) checkHTB() error {
+	switch {
+	case f.Overhead < 0 || f.Overhead > math.MaxUint16:
+		return fmt.Errorf("overhead %d bytes out of HTB's range 0 to 65535", f.Overhead)
+	case f.MPU > math.MaxUint16:
+		return fmt.Errorf("MPU %d bytes out of HTB's range 0 to 65535", f.MPU)
+	case f.LinkLayer != Ethernet && f.LinkLayer != ATM && f.LinkLayer != PTM:
+		return fmt.Errorf("unknown link layer %d", f.LinkLayer)
+	}
+	return nil
+}
+
+// htbRateSpec is the rate spec's framing part for f; checkHTB has
+// validated f.
+func htbRateSpec(f Framing) tc.RateSpec {
+	ll := tcLinkLayerEthernet
+	if f.LinkLayer == ATM {
+		ll = tcLinkLayerATM
+	}
+	return tc.RateSpec{Linklayer: ll, Overhead: uint16(f.Overhead), Mpu: uint16(f.MPU)}
+}
+
+// htbBytesPerSecond converts bps to the bytes/s HTB is given: PTM framing
+// leaves 64 of every 65 bytes for packets.
+func htbBytesPerSecond(bps uint64, ll LinkLayer) (uint64, error) {
+	if bps < minHTBRate {
+		return 0, fmt.Errorf("rate %d bit/s below HTB's minimum of %d bit/s", bps, minHTBRate)
+	}
+	if ll == PTM {
+		// bps × 64/65 / 8, in one division so that bpsFromKernel can
+		// find the bucket of rates that map to the same value.
+		return bps/65*8 + bps%65*8/65, nil
+	}
+	return bps / 8, nil
+}
+
+// bpsFromKernel converts the bytes/s HTB holds back to bit/s. Several bit/s
+// map to one bytes/s; it returns the whole kbit/s among them if there is one
+// (autoshape writes whole kbit/s, so a rate read back equals the rate
+// written), else the smallest.
+func bpsFromKernel(bytes uint64, ll LinkLayer) uint64 {
+	// The bit/s that map to bytes are [lo, hi].
+	lo, hi := bytes*8, bytes*8+7
+	if ll == PTM {
+		// bytes = ⌊bps×8/65⌋ ⇔ bytes×65 ≤ bps×8 < (bytes+1)×65.
+		lo = (bytes*65 + 7) / 8
+		hi = ((bytes+1)*65+7)/8 - 1
+	}
+	if kbit := (lo + 999) / 1000 * 1000; kbit <= hi {
+		return kbit
+	}
+	return lo
+}
+
+// htbClassOptions are class 1:1's options at bytes/s with the framing of
+// spec: rate and ceiling equal, buffers of one burst.
+func htbClassOptions(bytes uint64, spec tc.RateSpec, quantum, prio uint32) *tc.Htb {
+	spec.Rate = uint32(min(bytes, math.MaxUint32))
+	buffer := core.XmitTime(bytes, burstBytes(bytes))
+	opts := &tc.Htb{Parms: &tc.HtbOpt{
+		Rate: spec, Ceil: spec,
+		Buffer: buffer, Cbuffer: buffer,
+		Quantum: quantum, Prio: prio,
+	}}
+	// Rates of 2^32 bytes/s and more go in 64-bit attributes, with the
+	// 32-bit fields saturated (as tc sends them).
+	if bytes > math.MaxUint32 {
+		opts.Rate64, opts.Ceil64 = &bytes, &bytes
+	}
+	return opts
+}
+
+// sameClassRate reports whether the class the kernel holds already has the
+// rate, ceiling and buffers of want.
+func sameClassRate(have *tc.Htb, want *tc.Htb) bool {
+	h, w := have.Parms, want.Parms
+	return classRate(have) == classRate(want) && classCeil(have) == classCeil(want) &&
+		h.Buffer == w.Buffer && h.Cbuffer == w.Cbuffer
+}
+
+// classRate is an HTB class's rate in bytes/s.
+func classRate(o *tc.Htb) uint64 {
+	if o.Rate64 != nil {
+		return *o.Rate64
+	}
+	return uint64(o.Parms.Rate.Rate)
+}
+
+// classCeil is an HTB class's ceiling in bytes/s.
+func classCeil(o *tc.Htb) uint64 {
+	if o.Ceil64 != nil {
+		return *o.Ceil64
+	}
+	return uint64(o.Parms.Ceil.Rate)
+}
+
+// burstBytes is the burst a class may send at once at bytes/s: 1 ms of the
+// rate, at least one full frame.
+func burstBytes(bytes uint64) uint32 {
+	return uint32(min(max(bytes/1000, htbMTU), math.MaxUint32))
+}
+
+// htbQuantum is the class's DRR quantum at bytes/s: rate/r2q as HTB would
+// pick it, bounded to what HTB accepts without warnings.
+func htbQuantum(bytes uint64) uint32 {
+	return uint32(min(max(bytes/htbR2Q, htbMTU), htbMaxQuantum))
+}
+
+// bfifoLimit is the bfifo leaf's size at bytes/s: 5 ms of the rate, at
+// least two full frames.
+func bfifoLimit(bytes uint64) uint32 {
+	return uint32(min(max(bytes*5/1000, 2*htbMTU), math.MaxUint32))
+}

@@ -1,0 +1,240 @@
+package actuator
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/florianl/go-tc"
+	"github.com/florianl/go-tc/core"
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+)
+
+func TestHTBSizes(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		bytes uint64
+		// Want bfifo limit, burst and quantum in bytes.
+		limit, burst, quantum uint32
+	}{
+		// 1 Mbit/s: both floors, one frame's burst and two frames' queue.
+		{"1 Mbit/s", 125_000, 3028, 1514, 12_500},
+		{"10 Mbit/s", 1_250_000, 6250, 1514, 125_000},
+		{"100 Mbit/s", 12_500_000, 62_500, 12_500, 200_000},
+		{"1 Gbit/s", 125_000_000, 625_000, 125_000, 200_000},
+		{"8 kbit/s", 1000, 3028, 1514, 1514},
+		{"100 Gbit/s", 12_500_000_000, 62_500_000, 12_500_000, 200_000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := []uint32{bfifoLimit(tt.bytes), burstBytes(tt.bytes), htbQuantum(tt.bytes)}
+			want := []uint32{tt.limit, tt.burst, tt.quantum}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("bfifo limit, burst, quantum (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHTBBytesPerSecond(t *testing.T) {
+	for _, tt := range []struct {
+		bps     uint64
+		ll      LinkLayer
+		want    uint64
+		wantErr bool
+	}{
+		{bps: 20_000_000, ll: Ethernet, want: 2_500_000},
+		{bps: 20_000_000, ll: ATM, want: 2_500_000},
+		// PTM: 64 of every 65 bytes carry packets.
+		{bps: 20_000_000, ll: PTM, want: 2_461_538},
+		{bps: 65_000_000, ll: PTM, want: 8_000_000},
+		{bps: 8000, ll: Ethernet, want: 1000},
+		{bps: 40_000_000_000, ll: Ethernet, want: 5_000_000_000},
+		{bps: 7999, ll: Ethernet, wantErr: true},
+		{bps: 0, ll: PTM, wantErr: true},
+	} {
+		t.Run(fmt.Sprintf("%d %d", tt.bps, tt.ll), func(t *testing.T) {
+			got, err := htbBytesPerSecond(tt.bps, tt.ll)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want error %t", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("got %d bytes/s, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestHTBRateRoundTrip checks that every whole kbit/s the controller may
+// write reads back unchanged, PTM scaling included.
+func TestHTBRateRoundTrip(t *testing.T) {
+	for _, ll := range []LinkLayer{Ethernet, ATM, PTM} {
+		var bad []uint64
+		for kbit := uint64(8); kbit <= 200_000; kbit++ {
+			bps := kbit * 1000
+			bytes, err := htbBytesPerSecond(bps, ll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bpsFromKernel(bytes, ll); got != bps {
+				bad = append(bad, bps)
+			}
+		}
+		for _, bps := range []uint64{10_000_000_000, 40_000_000_000, 1_000_000_000_000} {
+			bytes, _ := htbBytesPerSecond(bps, ll)
+			if got := bpsFromKernel(bytes, ll); got != bps {
+				bad = append(bad, bps)
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("link layer %d: %d rates do not read back, first %d", ll, len(bad), bad[0])
+		}
+	}
+	// A rate that is not a whole kbit/s reads back as the lowest rate that
+	// maps to the same kernel value.
+	if got := bpsFromKernel(2_461_538, PTM); got != 20_000_000 {
+		t.Errorf("bpsFromKernel(2461538, PTM) = %d, want 20000000", got)
+	}
+	if got := bpsFromKernel(1001, Ethernet); got != 8008 {
+		t.Errorf("bpsFromKernel(1001, Ethernet) = %d, want 8008", got)
+	}
+}
+
+func TestHTBClassOptions(t *testing.T) {
+	if err := initClock(); err != nil {
+		t.Fatal(err)
+	}
+	ms := uint32(1000 * core.GetTickInUSec()) // 1 ms in ticks
+	spec := tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96}
+	u64 := func(v uint64) *uint64 { return &v }
+	for _, tt := range []struct {
+		name  string
+		bytes uint64
+		want  *tc.Htb
+	}{
+		{
+			name: "20 Mbit/s", bytes: 2_500_000,
+			want: &tc.Htb{Parms: &tc.HtbOpt{
+				Rate:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: 2_500_000},
+				Ceil:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: 2_500_000},
+				Buffer: ms, Cbuffer: ms, Quantum: 1514, Prio: 3,
+			}},
+		},
+		{
+			name: "largest 32-bit rate", bytes: math.MaxUint32,
+			want: &tc.Htb{Parms: &tc.HtbOpt{
+				Rate:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: math.MaxUint32},
+				Ceil:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: math.MaxUint32},
+				Buffer: ms, Cbuffer: ms, Quantum: 1514, Prio: 3,
+			}},
+		},
+		{
+			// 40 Gbit/s: 32-bit fields saturated, the rate in RATE64/CEIL64.
+			name: "40 Gbit/s", bytes: 5_000_000_000,
+			want: &tc.Htb{
+				Parms: &tc.HtbOpt{
+					Rate:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: math.MaxUint32},
+					Ceil:   tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Mpu: 96, Rate: math.MaxUint32},
+					Buffer: ms, Cbuffer: ms, Quantum: 1514, Prio: 3,
+				},
+				Rate64: u64(5_000_000_000), Ceil64: u64(5_000_000_000),
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := htbClassOptions(tt.bytes, spec, 1514, 3)
+			// The time is rounded down to whole µs: allow 1 µs less.
+			if d := float64(ms) - float64(got.Parms.Buffer); d < 0 || d > core.GetTickInUSec()+1 {
+				t.Errorf("buffer %d ticks, want %d (1 ms)", got.Parms.Buffer, ms)
+			}
+			got.Parms.Buffer, got.Parms.Cbuffer = ms, ms
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if r, c := classRate(got), classCeil(got); r != tt.bytes || c != tt.bytes {
+				t.Errorf("classRate, classCeil = %d, %d; want %d", r, c, tt.bytes)
+			}
+		})
+	}
+	// At 1 Mbit/s the burst is one frame: 1514 bytes take 12.112 ms.
+	if got, want := htbClassOptions(125_000, spec, 1514, 0).Parms.Buffer, uint32(12112*core.GetTickInUSec()); got != want {
+		t.Errorf("buffer at 1 Mbit/s: %d ticks, want %d", got, want)
+	}
+}
+
+func TestHTBSameClassRate(t *testing.T) {
+	if err := initClock(); err != nil {
+		t.Fatal(err)
+	}
+	spec := tc.RateSpec{Linklayer: tcLinkLayerEthernet}
+	have := htbClassOptions(2_500_000, spec, 1514, 0)
+	for _, tt := range []struct {
+		name  string
+		bytes uint64
+		want  bool
+	}{
+		{"same", 2_500_000, true},
+		{"other", 1_250_000, false},
+		{"64-bit", 5_000_000_000, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sameClassRate(have, htbClassOptions(tt.bytes, spec, 1514, 0)); got != tt.want {
+				t.Errorf("got %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHTBFramingCheck(t *testing.T) {
+	for _, tt := range []struct {
+		framing Framing
+		want    string // "" for valid
+		spec    tc.RateSpec
+	}{
+		{framing: Framing{}, spec: tc.RateSpec{Linklayer: tcLinkLayerEthernet}},
+		{framing: Framing{LinkLayer: ATM, Overhead: 44}, spec: tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44}},
+		// PTM is accounted for in the rate, not the link layer.
+		{framing: Framing{LinkLayer: PTM, Overhead: 22, MPU: 68}, spec: tc.RateSpec{Linklayer: tcLinkLayerEthernet, Overhead: 22, Mpu: 68}},
+		{framing: Framing{Overhead: 65535, MPU: 65535}, spec: tc.RateSpec{Linklayer: tcLinkLayerEthernet, Overhead: 65535, Mpu: 65535}},
+		{framing: Framing{Overhead: -1}, want: "overhead -1 bytes out of HTB's range 0 to 65535"},
+		{framing: Framing{Overhead: 65536}, want: "overhead 65536 bytes"},
+		{framing: Framing{MPU: 65536}, want: "MPU 65536 bytes"},
+		{framing: Framing{LinkLayer: 3}, want: "unknown link layer 3"},
+	} {
+		t.Run(fmt.Sprintf("%+v", tt.framing), func(t *testing.T) {
+			err := tt.framing.checkHTB()
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("got %v, want an error containing %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.spec, htbRateSpec(tt.framing)); diff != "" {
+				t.Errorf("rate spec (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOpErr(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{unix.EPERM, "failed to change HTB rate on ifindex 3: operation not permitted (autoshape needs CAP_NET_ADMIN)"},
+		{fmt.Errorf("netlink receive: %w", unix.EPERM), "failed to change HTB rate on ifindex 3: netlink receive: operation not permitted (autoshape needs CAP_NET_ADMIN)"},
+		{unix.ENODEV, "failed to change HTB rate on ifindex 3: no such device"},
+	} {
+		got := opErr("change HTB rate", 3, tt.err)
+		if diff := cmp.Diff(tt.want, got.Error()); diff != "" {
+			t.Errorf("message (-want +got):\n%s", diff)
+		}
+	}
+	if got := linkErr("read IFB", "ifb4wan", unix.EPERM).Error(); !strings.Contains(got, `"ifb4wan"`) || !strings.Contains(got, "CAP_NET_ADMIN") {
+		t.Errorf("linkErr: %q lacks the name or the capability", got)
+	}
+}

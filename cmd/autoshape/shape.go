@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/autoshape/autoshape/actuator"
+)
+
+// shape sets up static shaping on an interface once, or removes it.
+func shape(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shape", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	iface := fs.String("iface", "", "WAN interface: its egress is shaped for upload")
+	ifb := fs.String("ifb", "", "IFB interface for the download shaper (default ifb4IFACE)")
+	up := fs.String("up", "", "upload rate: 850kbit, 20mbit, 1.5gbit or bit/s")
+	down := fs.String("down", "", "download rate, as --up")
+	backendName := fs.String("backend", "cake", "shaping backend: cake or htb")
+	overhead := fs.Int("overhead", 0, "bytes of link-layer overhead per packet")
+	atm := fs.Bool("atm", false, "ATM cell framing (ADSL)")
+	ptm := fs.Bool("ptm", false, "PTM 64/65 framing (VDSL2)")
+	mpu := fs.Uint("mpu", 0, "minimum packet unit in bytes")
+	remove := fs.Bool("remove", false, "remove the shaping this command sets up, then exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: autoshape shape --iface IF [--ifb NAME] --up RATE --down RATE [--backend cake|htb] [--overhead N] [--atm|--ptm] [--mpu N]\n       autoshape shape --iface IF [--ifb NAME] --remove\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *iface == "" {
+		return usagef("--iface is required")
+	}
+	if *remove {
+		if *up != "" || *down != "" {
+			return usagef("--remove takes no rates")
+		}
+		if err := actuator.RemoveShaping(*iface, *ifb, 0); err != nil {
+			return shapeErr(err)
+		}
+		fmt.Fprintf(stdout, "removed shaping from %s and %s\n", *iface, ifbName(*iface, *ifb))
+		return nil
+	}
+	if *atm && *ptm {
+		return usagef("--atm and --ptm exclude each other")
+	}
+	backend, err := actuator.ParseBackend(*backendName)
+	if err != nil {
+		return usagef("--backend: %v", err)
+	}
+	cfg := actuator.SetupConfig{Iface: *iface, IFB: *ifb, Backend: backend,
+		Framing: actuator.Framing{Overhead: *overhead, MPU: uint32(*mpu)}}
+	if *atm {
+		cfg.Framing.LinkLayer = actuator.ATM
+	}
+	if *ptm {
+		cfg.Framing.LinkLayer = actuator.PTM
+	}
+	for _, r := range []struct {
+		flag, val string
+		dst       *uint64
+	}{{"--up", *up, &cfg.Up}, {"--down", *down, &cfg.Down}} {
+		if r.val == "" {
+			return usagef("%s is required", r.flag)
+		}
+		bps, err := actuator.ParseRate(r.val)
+		if err != nil {
+			return usagef("%s: %v", r.flag, err)
+		}
+		if bps < 1000 {
+			return usagef("%s %s: the rate must be at least 1kbit", r.flag, r.val)
+		}
+		*r.dst = uint64(bps)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	l, err := actuator.Setup(cfg)
+	if err != nil {
+		return shapeErr(err)
+	}
+	defer l.Close()
+	fmt.Fprintf(stdout, "shaping %s: up %s on %s, down %s on %s (%s)\n", *iface,
+		actuator.FormatRate(float64(cfg.Up)), *iface, actuator.FormatRate(float64(cfg.Down)), ifbName(*iface, *ifb), backend)
+	return nil
+}
+
+func ifbName(iface, ifb string) string {
+	if ifb != "" {
+		return ifb
+	}
+	return actuator.DefaultIFB(iface)
+}
+
+// shapeErr marks the errors a user can fix (a missing interface, a kernel
+// without CAKE, missing privileges, no shaping to attach to) as usage errors:
+// exit status 2. Setup has already rolled back whatever it had created.
+func shapeErr(err error) error {
+	switch {
+	case errors.Is(err, actuator.ErrLinkGone), errors.Is(err, actuator.ErrNotSupported),
+		errors.Is(err, actuator.ErrNoQdisc), actuator.IsPermission(err):
+		return usageError{err}
+	}
+	return err
+}
