@@ -202,3 +202,13 @@ func TestRemoveShaping(t *testing.T) {
 		t.Errorf("RemoveShaping() left the namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+func TestCounters(t *testing.T) {
+	_, h := wanNS(t)
+	if _, _, err := actuator.Counters("wan0", int(h)); err != nil {
+		t.Errorf("Counters(wan0) failed: %v", err)
+	}
+	if _, _, err := actuator.Counters("nosuch0", int(h)); err == nil || !strings.Contains(err.Error(), "nosuch0") {
+		t.Errorf("Counters(nosuch0) = %v, want an error naming it", err)
+	}
+}
