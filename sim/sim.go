@@ -70,6 +70,9 @@ type Config struct {
 	// NoCapacityEstimate hides CAKE's download capacity estimate from the
 	// controller (as with the HTB backend).
 	NoCapacityEstimate bool
+	// Series records per-direction time series at 100 ms resolution in
+	// each Result.
+	Series bool
 	// Bounds override the rate bounds DefaultBounds derives from the trace,
 	// per direction (nil: derive).
 	Bounds [2]*policies.Bounds
@@ -203,7 +206,26 @@ type Result struct {
 	MeanRateMbps float64 `json:"mean_rate_mbps"`
 	RateChanges  int     `json:"rate_changes"`
 	Drops        int64   `json:"drops_bytes"`
+	// Series is there when Config.Series asked for it.
+	Series *Series `json:"series,omitempty"`
 }
+
+// A Series is one direction's run at 100 ms resolution: the time at the end
+// of each interval, the link's capacity over it, the shaper's rate at its
+// end (0 when unshaped), the goodput delivered in it, the independent
+// probe's mean added delay over it, and on download CAKE's capacity
+// estimate at its end.
+type Series struct {
+	T                []float64 `json:"t_s"`
+	Capacity         []float64 `json:"capacity_mbps"`
+	Rate             []float64 `json:"rate_mbps"`
+	Goodput          []float64 `json:"goodput_mbps"`
+	Delay            []float64 `json:"delay_ms"`
+	CapacityEstimate []float64 `json:"capacity_estimate_mbps,omitempty"`
+}
+
+// seriesEvery is the series' resolution, ms.
+const seriesEvery = 100
 
 // Model is one run in progress. Use Run.
 type Model struct {
@@ -316,6 +338,15 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			scores[d] = make([]float32, 0, dur/scoreEvery+1)
 		}
 	}
+	var series [2]*Series
+	var lastDelivered [2]int64
+	if cfg.Series {
+		for _, d := range estimator.Directions {
+			if traces[d] != nil {
+				series[d] = &Series{}
+			}
+		}
+	}
 	var rateSum [2]float64
 	var rateN [2]int
 	changes := [2]int{}
@@ -394,6 +425,24 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 					rateSum[d] += p.rate
 					rateN[d]++
 				}
+				if sr := series[d]; sr != nil && now%seriesEvery < stepMs && now >= seriesEvery {
+					end := now - now%seriesEvery
+					n := int(seriesEvery / scoreEvery)
+					recent := scores[d][max(len(scores[d])-n, 0):]
+					sum := 0.0
+					for _, v := range recent {
+						sum += float64(v)
+					}
+					sr.T = append(sr.T, float64(end)/1000)
+					sr.Capacity = append(sr.Capacity, round3(traces[d].RateAt(end-seriesEvery, seriesEvery)/1e6))
+					sr.Rate = append(sr.Rate, round3(p.rate/1e6))
+					sr.Goodput = append(sr.Goodput, round3(float64(p.delivered-lastDelivered[d])*8/seriesEvery/1e3))
+					sr.Delay = append(sr.Delay, round3(sum/float64(max(len(recent), 1))))
+					if d == estimator.Down && cfg.CapacityEstimate && p.rate > 0 {
+						sr.CapacityEstimate = append(sr.CapacityEstimate, round3(p.cake.bps()/1e6))
+					}
+					lastDelivered[d] = p.delivered
+				}
 			}
 		}
 	}
@@ -420,6 +469,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			r.MeanRateMbps = rateSum[d] / float64(rateN[d]) / 1e6
 		}
 		r.Delay, r.OverBudget = delayStats(scores[d], ms(cfg.Budget))
+		r.Series = series[d]
 		if traces[d].IsSchedule() && (scheme.Policy != nil || scheme.Oracle > 0) {
 			for _, drop := range traces[d].Drops() {
 				if drop.Milliseconds() >= dur {

@@ -26,6 +26,7 @@ const usage = `usage: autoshape COMMAND [FLAGS]
 commands:
   simulate   replay a capacity trace through the link model under several schemes
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
+  plot       draw time series, delay distributions and sweeps as PNG or SVG
   version    print the version
 
 Run 'autoshape COMMAND -h' for a command's flags.
@@ -47,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = simulate(args[1:], stdout, stderr)
 	case "shape":
 		err = shape(args[1:], stdout, stderr)
+	case "plot":
+		err = plotCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "autoshape %s\n", version)
 	case "help", "-h", "--help":

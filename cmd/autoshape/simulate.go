@@ -92,6 +92,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 	pol := fs.String("policy", strings.Join(sim.SchemeNames, ","), "comma-separated schemes to run: "+strings.Join(sim.SchemeNames, ", "))
 	cfgFile := fs.String("config", "", "TOML file with advanced overrides ([budget] policy, [sim] link model)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	series := fs.Bool("series", false, "with --json: add per-direction time series at 100 ms resolution (the input of autoshape plot)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: autoshape simulate [FLAGS]\n\nWith neither trace, replays the embedded Verizon LTE trace pair.\n\n")
 		fs.PrintDefaults()
@@ -112,7 +113,10 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		return usagef("--duration %v is negative", *dur)
 	}
 
-	cfg := sim.Config{Duration: *dur, Seed: *seed, Budget: *budget}
+	if *series && !*asJSON {
+		return usagef("--series needs --json")
+	}
+	cfg := sim.Config{Duration: *dur, Seed: *seed, Budget: *budget, Series: *series}
 	if *down == "" && *up == "" {
 		cfg.Down, cfg.Up = sim.EmbeddedTraces()
 	}
