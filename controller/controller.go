@@ -390,6 +390,7 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 		Time: now, Link: c.cfg.Link, Direction: d,
 		From: c.rates[d], To: rate, Reason: reason, State: c.state,
 		Clamped: clamped != to, Obs: obs, Change: change,
+		Reflectors: c.est.ReflectorDeltas(d, now),
 	}
 	c.rates[d] = rate
 	c.written[d] = true

@@ -28,6 +28,8 @@ type Decision struct {
 	// Change is what the actuator did: the interface, the qdisc, and whether
 	// anything was written.
 	Change actuator.Change
+	// Reflectors are the per-reflector deltas behind Obs.Delta.
+	Reflectors []estimator.ReflectorDelta
 }
 
 // MarshalLogObject implements zapcore.ObjectMarshaler.

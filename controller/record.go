@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"time"
+
+	"github.com/autoshape/autoshape/estimator"
 )
 
 // A Record is one line of the JSON-lines decision file that the daemon
@@ -28,6 +30,8 @@ type Record struct {
 	Iface                string    `json:"iface,omitempty"`
 	Qdisc                string    `json:"qdisc,omitempty"`
 	Written              bool      `json:"written"`
+	// ReflectorDelayMs holds each fresh reflector's delay delta, in ms.
+	ReflectorDelayMs map[string]float64 `json:"reflector_delay_ms,omitempty"`
 }
 
 // Record returns the decision as a decision-file record.
@@ -40,7 +44,19 @@ func (d Decision) Record() Record {
 		AchievedKbit: d.Obs.Achieved / 1000, Load: d.Obs.Load,
 		CapacityEstimateKbit: d.Obs.CapacityEstimate / 1000, Reflectors: d.Obs.Reflectors,
 		Iface: d.Change.Iface, Qdisc: d.Change.Kind, Written: d.Change.Wrote,
+		ReflectorDelayMs: reflectorDelays(d.Reflectors),
 	}
+}
+
+func reflectorDelays(rs []estimator.ReflectorDelta) map[string]float64 {
+	if len(rs) == 0 {
+		return nil
+	}
+	m := make(map[string]float64, len(rs))
+	for _, r := range rs {
+		m[r.Reflector] = ms(r.Delta)
+	}
+	return m
 }
 
 // WriteRecord writes the decision to w as one JSON line.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -390,4 +391,28 @@ func (ds *direction) delayed(threshold time.Duration, blame bool) int {
 		}
 	}
 	return n
+}
+
+// A ReflectorDelta is one reflector's newest delay delta for a direction.
+type ReflectorDelta struct {
+	Reflector string
+	Delta     time.Duration
+}
+
+// ReflectorDeltas returns, for direction d, the newest delta of every
+// reflector with a sample sent within Fresh of now, sorted by reflector name:
+// what the combined Delta is the median of.
+func (e *Estimator) ReflectorDeltas(d Direction, now time.Time) []ReflectorDelta {
+	if d != Down && d != Up {
+		return nil
+	}
+	cutoff := now.Add(-e.cfg.Fresh)
+	var out []ReflectorDelta
+	for name, r := range e.reflectors {
+		if n := r.newest[d]; n.set && !n.sent.Before(cutoff) {
+			out = append(out, ReflectorDelta{Reflector: name, Delta: n.delta})
+		}
+	}
+	slices.SortFunc(out, func(a, b ReflectorDelta) int { return strings.Compare(a.Reflector, b.Reflector) })
+	return out
 }

@@ -157,7 +157,12 @@ var (
 	}
 	extraColors   = []color.RGBA{{0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x17, 0xbe, 0xcf, 0xff}, {0xbc, 0xbd, 0x22, 0xff}}
 	capacityColor = color.RGBA{0x7f, 0x7f, 0x7f, 0xff}
-	budgetColor   = color.RGBA{0x00, 0x00, 0x00, 0xff}
+	// seriesColors tell apart series that are not schemes (reflectors).
+	seriesColors = []color.RGBA{
+		{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
+		{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+	}
+	budgetColor = color.RGBA{0x00, 0x00, 0x00, 0xff}
 )
 
 // colorFor returns the colour of the i-th series named name.
@@ -345,14 +350,28 @@ func cdfFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 				n++
 			}
 		case in.decisions != nil:
-			for i, dir := range []string{"down", "up"} {
-				var vals []float64
-				for _, r := range recordsFor(in.decisions, dir) {
-					vals = append(vals, r.DelayMs)
-					budget = math.Max(budget, r.ThresholdMs)
+			// Per reflector when the records carry reflectors' delays (to
+			// spot a bad one), else per direction.
+			per := map[string][]float64{}
+			for _, r := range in.decisions {
+				budget = math.Max(budget, r.ThresholdMs)
+				for name, v := range r.ReflectorDelayMs {
+					per[name] = append(per[name], v)
 				}
-				addLine(p, filepath.Base(in.name)+" "+dir, cdf(vals), extraColors[i], vg.Points(2), nil)
-				n += len(vals)
+			}
+			if len(per) == 0 {
+				for _, r := range in.decisions {
+					per[r.Dir] = append(per[r.Dir], r.DelayMs)
+				}
+			}
+			names := make([]string, 0, len(per))
+			for name := range per {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			for i, name := range names {
+				addLine(p, filepath.Base(in.name)+" "+name, cdf(per[name]), seriesColors[i%len(seriesColors)], vg.Points(2), nil)
+				n += len(per[name])
 			}
 		}
 	}

@@ -44,7 +44,7 @@ func TestPlotRenders(t *testing.T) {
 		{"simulation time series", []string{"--in", plotData + "sim.json"}, []color.RGBA{schemeColors["autoshape"], schemeColors["unshaped"], capacityColor}},
 		{"simulation cdf", []string{"--in", plotData + "sim.json", "--kind", "cdf"}, []color.RGBA{schemeColors["autoshape"], schemeColors["unshaped"]}},
 		{"decision file time series", []string{"--in", plotData + "decisions.jsonl"}, []color.RGBA{schemeColors["autoshape"], schemeColors["classic"]}},
-		{"decision file cdf", []string{"--in", plotData + "decisions.jsonl", "--kind", "cdf"}, []color.RGBA{extraColors[0], extraColors[1]}},
+		{"decision file cdf per reflector", []string{"--in", plotData + "decisions.jsonl", "--kind", "cdf"}, []color.RGBA{seriesColors[0], seriesColors[1], seriesColors[2]}},
 		{"sweep", []string{"--in", plotData + "sweep.json"}, []color.RGBA{schemeColors["autoshape"], schemeColors["static90"], schemeColors["unshaped"]}},
 		{"two simulations overlaid", []string{"--in", plotData + "sim.json", "--in", plotData + "sim.json"}, []color.RGBA{schemeColors["autoshape"]}},
 	}
