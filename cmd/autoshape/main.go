@@ -27,6 +27,7 @@ commands:
   simulate   replay a capacity trace through the link model under several schemes
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
   plot       draw time series, delay distributions and sweeps as PNG or SVG
+  calc       TCP goodput of a shaped rate for a link's framing (ATM, PTM, PPPoE, ...)
   version    print the version
 
 Run 'autoshape COMMAND -h' for a command's flags.
@@ -50,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = shape(args[1:], stdout, stderr)
 	case "plot":
 		err = plotCmd(args[1:], stdout, stderr)
+	case "calc":
+		err = calc(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "autoshape %s\n", version)
 	case "help", "-h", "--help":
