@@ -18,7 +18,8 @@ func TestWireBytes(t *testing.T) {
 		{"negative overhead", actuator.Framing{Overhead: -4}, 1500, 1496},
 		{"atm pads to cells", actuator.Framing{Overhead: 44, LinkLayer: actuator.ATM}, 1500, 33 * 53},
 		{"atm exact", actuator.Framing{Overhead: 44, LinkLayer: actuator.ATM}, 1492, 32 * 53},
-		{"atm small packet", actuator.Framing{Overhead: 10, LinkLayer: actuator.ATM}, 40, 53},
+		{"atm small packet", actuator.Framing{Overhead: 8, LinkLayer: actuator.ATM}, 40, 53},
+		{"atm one byte over a cell", actuator.Framing{Overhead: 9, LinkLayer: actuator.ATM}, 40, 2 * 53},
 		{"ptm", actuator.Framing{Overhead: 28, LinkLayer: actuator.PTM}, 1500, 1528.0 * 65 / 64},
 		{"mpu", actuator.Framing{Overhead: 4, MPU: 84}, 40, 84},
 	}
