@@ -61,14 +61,8 @@ func calc(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: autoshape calc (--rate RATE | --goodput RATE) [--mtu N] [--overhead N] [--atm|--ptm] [--ip 4|6] [--tcp-timestamps] [--json]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case (*rate == "") == (*goodput == ""):

@@ -47,14 +47,8 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: autoshape plot --in FILE [--in FILE ...] --out FILE.png|FILE.svg [--kind timeseries|cdf|sweep]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if len(ins) == 0 {
 		return usagef("--in is required")

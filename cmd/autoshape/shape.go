@@ -27,14 +27,8 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: autoshape shape --iface IF [--ifb NAME] --up RATE --down RATE [--backend cake|htb] [--overhead N] [--atm|--ptm] [--mpu N]\n       autoshape shape --iface IF [--ifb NAME] --remove\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *iface == "" {
 		return usagef("--iface is required")

@@ -97,14 +97,8 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: autoshape simulate [FLAGS]\n\nWith neither trace, replays the embedded Verizon LTE trace pair.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *budget <= 0 {
 		return usagef("--budget %v must be positive", *budget)
