@@ -29,6 +29,7 @@ commands:
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
   plot       draw time series, delay distributions and sweeps as PNG or SVG
   calc       TCP goodput of a shaped rate for a link's framing (ATM, PTM, PPPoE, ...)
+  config     default: print the reference configuration; check FILE: validate one
   version    print the version
 
 Run 'autoshape COMMAND -h' for a command's flags.
@@ -54,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = plotCmd(args[1:], stdout, stderr)
 	case "calc":
 		err = calc(args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "autoshape %s\n", version)
 	case "help", "-h", "--help":

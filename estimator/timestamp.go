@@ -1,0 +1,427 @@
+package estimator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/net/bpf"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+)
+
+// ICMP timestamp probes (RFC 792, types 13 and 14) measure the delay of each
+// direction at 1 ms resolution: the request carries the time it left
+// (originate), the reflector adds when it arrived (receive) and when the
+// answer left (transmit), all in milliseconds since midnight UTC, and the
+// router notes when the answer arrived. Then
+//
+//	up   = receive − originate
+//	down = arrival − transmit
+//
+// each with the reflector's clock offset in it, with opposite signs: the
+// estimator's per-reflector baselines cancel it. Both are folded into
+// (−12 h, +12 h] so that a probe crossing midnight (on either clock) gives
+// the same delay as any other.
+//
+// RFC 792 lets a host that cannot give milliseconds since midnight UT set
+// the high bit and send any time it likes. The bit is cleared and the value
+// taken as milliseconds modulo a day all the same: the offset is constant,
+// which the baselines absorb. A clock that runs at another rate drifts, and
+// a reflector that sends such values is better probed with echo.
+//
+// Socket: one raw IPv4 socket per target, opened by Run in the network
+// namespace of the calling thread. A raw ICMP socket receives a copy of
+// every ICMP message the host gets; two kernel filters keep each socket's
+// share to its own replies before anything is queued: ICMP_FILTER passes
+// only type 14 (checked before the copy is made), a BPF program only our
+// identifier. A process-wide socket shared by all targets would save the
+// copies for the other targets' replies, but it would tie every target to
+// one namespace, make one target's socket error everyone's, and need a
+// registry; with the few reflectors a router probes, the copies cost less
+// than that.
+
+// Lengths and constants of ICMP timestamp messages.
+const (
+	// timestampLen is the length of an ICMP timestamp message.
+	timestampLen = 20
+	// msPerDay is the period of ICMP timestamps.
+	msPerDay = 24 * 60 * 60 * 1000
+	// nonStandardTime is the high bit of a timestamp, which RFC 792 sets
+	// when the value is not milliseconds since midnight UT.
+	nonStandardTime = 1 << 31
+)
+
+// A timestampMsg is an ICMP timestamp request or reply.
+type timestampMsg struct {
+	Type                         ipv4.ICMPType
+	ID, Seq                      uint16
+	Originate, Receive, Transmit uint32
+}
+
+// Errors from parseTimestampReply.
+var (
+	errNotTimestampReply = errors.New("not an icmp timestamp reply")
+	errTimestampChecksum = errors.New("bad icmp checksum")
+)
+
+// appendTimestampMsg appends m, encoded with its checksum, to b.
+func appendTimestampMsg(b []byte, m timestampMsg) []byte {
+	at := len(b)
+	b = append(b, byte(m.Type), 0, 0, 0)
+	b = binary.BigEndian.AppendUint16(b, m.ID)
+	b = binary.BigEndian.AppendUint16(b, m.Seq)
+	b = binary.BigEndian.AppendUint32(b, m.Originate)
+	b = binary.BigEndian.AppendUint32(b, m.Receive)
+	b = binary.BigEndian.AppendUint32(b, m.Transmit)
+	binary.BigEndian.PutUint16(b[at+2:], icmpChecksum(b[at:]))
+	return b
+}
+
+// parseTimestampReply decodes an ICMP timestamp reply (type 14, code 0).
+func parseTimestampReply(b []byte) (timestampMsg, error) {
+	if len(b) < timestampLen || b[0] != byte(ipv4.ICMPTypeTimestampReply) || b[1] != 0 {
+		return timestampMsg{}, errNotTimestampReply
+	}
+	if icmpChecksum(b) != 0 {
+		return timestampMsg{}, errTimestampChecksum
+	}
+	return timestampMsg{
+		Type:      ipv4.ICMPTypeTimestampReply,
+		ID:        binary.BigEndian.Uint16(b[4:]),
+		Seq:       binary.BigEndian.Uint16(b[6:]),
+		Originate: binary.BigEndian.Uint32(b[8:]),
+		Receive:   binary.BigEndian.Uint32(b[12:]),
+		Transmit:  binary.BigEndian.Uint32(b[16:]),
+	}, nil
+}
+
+// icmpChecksum is the Internet checksum of b (RFC 1071): 0 over a message
+// whose checksum field is right, the value for that field when it is zero.
+func icmpChecksum(b []byte) uint16 {
+	var sum uint32
+	for ; len(b) >= 2; b = b[2:] {
+		sum += uint32(b[0])<<8 | uint32(b[1])
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// msSinceMidnight is t as an ICMP timestamp: milliseconds since midnight
+// UTC, truncated.
+func msSinceMidnight(t time.Time) uint32 {
+	ms := t.UnixMilli() % msPerDay
+	if ms < 0 {
+		ms += msPerDay
+	}
+	return uint32(ms)
+}
+
+// clockMS reads a timestamp from a reflector's clock: the non-standard bit
+// cleared, modulo a day.
+func clockMS(v uint32) uint32 { return (v &^ nonStandardTime) % msPerDay }
+
+// foldMS is the difference a − b between two times of day in milliseconds,
+// folded into (−12 h, +12 h].
+func foldMS(a, b uint32) time.Duration {
+	d := (int64(a%msPerDay) - int64(b%msPerDay)) % msPerDay
+	if d < 0 {
+		d += msPerDay
+	}
+	if d > msPerDay/2 {
+		d -= msPerDay
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// oneWayDelays are the delays up and down of the probe that m answers,
+// which arrived at arrival (ms since midnight UTC). Each includes the
+// reflector's clock offset, with opposite signs.
+func oneWayDelays(m timestampMsg, arrival uint32) (up, down time.Duration) {
+	return foldMS(clockMS(m.Receive), m.Originate), foldMS(arrival, clockMS(m.Transmit))
+}
+
+// A timestampTarget probes one IPv4 reflector with ICMP timestamp requests.
+// A probe's payload is its originate timestamp: a reply must carry the
+// target's identifier, the sequence number of a probe remembered and that
+// probe's originate timestamp.
+type timestampTarget struct {
+	addr     netip.Addr
+	dst      *net.IPAddr
+	interval time.Duration
+	log      *zap.Logger
+	now      func() time.Time
+	// id is random, so that targets (and other programs) rarely share one;
+	// when they do, the source address and the originate timestamp still
+	// tell the replies apart.
+	id uint16
+
+	mu      sync.Mutex
+	w       *window
+	running bool
+	// failing is set while sends fail, to log an outage once.
+	failing bool
+
+	// req is the request being sent, reused by Run's goroutine.
+	req []byte
+}
+
+var _ Target = (*timestampTarget)(nil)
+
+// newTimestampTarget returns a target that probes addr, an IPv4 address,
+// with timestamps every interval, each answer awaited up to deadline.
+func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, log *zap.Logger) *timestampTarget {
+	return &timestampTarget{
+		addr:     addr,
+		dst:      &net.IPAddr{IP: addr.AsSlice()},
+		interval: interval,
+		log:      log,
+		now:      time.Now,
+		id:       uint16(rand.Uint32()),
+		w:        newWindow(addr, interval, deadline),
+		req:      make([]byte, 0, timestampLen),
+	}
+}
+
+// Stats returns the target's counters.
+func (t *timestampTarget) Stats() TargetStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.w.stats
+	s.Method = Timestamp
+	return s
+}
+
+// Run probes until ctx ends. It opens its socket in the network namespace of
+// the calling thread and returns an error only when it cannot open it or
+// cannot read from it; a send the kernel refuses makes a lost probe. When
+// ctx ends, it reports the fates known then; probes still awaiting an
+// answer get no Result.
+func (t *timestampTarget) Run(ctx context.Context, sink func(Result)) error {
+	t.mu.Lock()
+	if t.running {
+		t.mu.Unlock()
+		return fmt.Errorf("timestamp target for reflector %s is already running", t.addr)
+	}
+	t.running = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.w.reset()
+		t.running = false
+		t.mu.Unlock()
+	}()
+
+	conn, err := listenTimestamp(t.id)
+	if err != nil {
+		return fmt.Errorf("failed to open icmp timestamp socket for reflector %s: %w", t.addr, err)
+	}
+	rep := newReporter(&t.mu, t.w, t.now)
+	readErr := make(chan error, 1)
+	go func() { readErr <- t.read(conn, rep) }()
+	tick := time.NewTicker(t.interval)
+	defer func() {
+		tick.Stop()
+		rep.timer.Stop()
+		conn.Close()
+		if readErr != nil {
+			<-readErr
+		}
+		// The fates known by now are reported; those of the probes still
+		// awaiting an answer never will be.
+		rep.report(sink, false)
+	}()
+
+	t.send(conn, rep, sink)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			t.send(conn, rep, sink)
+		case <-rep.wakeup:
+			rep.report(sink, false)
+		case <-rep.timer.C:
+			rep.report(sink, false)
+		case err := <-readErr:
+			readErr = nil
+			return fmt.Errorf("failed to read icmp timestamp replies from reflector %s: %w", t.addr, err)
+		}
+	}
+}
+
+// send sends the next probe, after reporting what is known to make room.
+func (t *timestampTarget) send(conn *icmp.PacketConn, rep *reporter, sink func(Result)) {
+	rep.report(sink, true)
+	t.mu.Lock()
+	seq, req := t.prepare(t.now())
+	t.mu.Unlock()
+	// The probe is in the window before it leaves: its answer may come
+	// back before WriteTo returns.
+	_, err := conn.WriteTo(req, t.dst)
+	t.mu.Lock()
+	t.sent(seq, err)
+	t.mu.Unlock()
+	if err != nil {
+		rep.wake()
+	}
+}
+
+// prepare records a probe sent at now and returns its sequence number and
+// request. The window must have room; t.mu is held.
+func (t *timestampTarget) prepare(now time.Time) (int, []byte) {
+	orig := msSinceMidnight(now)
+	seq := t.w.add(now, uint64(orig))
+	t.req = appendTimestampMsg(t.req[:0], timestampMsg{
+		Type:      ipv4.ICMPTypeTimestamp,
+		ID:        t.id,
+		Seq:       uint16(seq),
+		Originate: orig,
+	})
+	return seq, t.req
+}
+
+// sent notes how the send of probe seq went; t.mu is held.
+func (t *timestampTarget) sent(seq int, err error) {
+	if err != nil {
+		if p := t.w.lookup(seq); p != nil && p.state == awaiting {
+			t.w.unsent(p)
+		}
+		if !t.failing {
+			t.log.Warn("failed to send icmp timestamp request; probes count as lost until sends work", zap.Error(err))
+		}
+		t.failing = true
+		return
+	}
+	if t.failing {
+		t.log.Info("icmp timestamp requests are sent again")
+		t.failing = false
+	}
+}
+
+// read receives replies until conn is closed.
+func (t *timestampTarget) read(conn *icmp.PacketConn, rep *reporter) error {
+	buf := make([]byte, 512)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		arrival := t.now()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		var src netip.Addr
+		if ip, ok := from.(*net.IPAddr); ok {
+			src, _ = netip.AddrFromSlice(ip.IP)
+		}
+		t.mu.Lock()
+		t.receive(buf[:n], src.Unmap(), arrival)
+		t.mu.Unlock()
+		rep.wake()
+	}
+}
+
+// receive matches a reply b from from that arrived at arrival with the
+// probes remembered; t.mu is held.
+func (t *timestampTarget) receive(b []byte, from netip.Addr, arrival time.Time) {
+	m, err := parseTimestampReply(b)
+	if err != nil || m.ID != t.id || from != t.addr {
+		t.w.stats.Stray++
+		return
+	}
+	// The newest probe whose sequence number ends in m.Seq: the window is
+	// far shorter than the 16-bit sequence space.
+	last := t.w.next - 1
+	p := t.w.lookup(last - int(uint16(last)-m.Seq))
+	if p == nil || p.tag != uint64(m.Originate) {
+		t.w.stats.Stray++
+		return
+	}
+	if !t.w.accept(p, arrival.Sub(p.sent)) {
+		return
+	}
+	up, down := oneWayDelays(m, msSinceMidnight(arrival))
+	t.w.addSample(p, OWDUp, up)
+	t.w.addSample(p, OWDDown, down)
+}
+
+// listenTimestamp opens a raw ICMP socket in the network namespace of the
+// calling thread that receives only timestamp replies with identifier id.
+func listenTimestamp(id uint16) (*icmp.PacketConn, error) {
+	conn, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	if err != nil {
+		return nil, err
+	}
+	pc := conn.IPv4PacketConn()
+	var f ipv4.ICMPFilter
+	f.SetAll(true)
+	f.Accept(ipv4.ICMPTypeTimestampReply)
+	if err := pc.SetICMPFilter(&f); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("failed to set icmp filter: %w", err)
+	}
+	prog, err := bpf.Assemble(timestampFilter(id))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("failed to assemble bpf filter: %w", err)
+	}
+	if err := pc.SetBPF(prog); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("failed to attach bpf filter: %w", err)
+	}
+	// What came in before the filters were on may be anything.
+	if err := drain(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// drain discards the packets queued on conn.
+func drain(conn *icmp.PacketConn) error {
+	if err := conn.SetReadDeadline(time.Now()); err != nil {
+		return fmt.Errorf("failed to drain socket: %w", err)
+	}
+	var buf [64]byte
+	for {
+		_, _, err := conn.ReadFrom(buf[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("failed to drain socket: %w", err)
+		}
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("failed to drain socket: %w", err)
+	}
+	return nil
+}
+
+// timestampFilter is a BPF program for a raw IPv4 socket (which sees the IP
+// header) that passes ICMP timestamp replies with identifier id.
+func timestampFilter(id uint16) []bpf.Instruction {
+	return []bpf.Instruction{
+		bpf.LoadMemShift{Off: 0},          // X = IP header length
+		bpf.LoadIndirect{Off: 0, Size: 1}, // ICMP type
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ipv4.ICMPTypeTimestampReply), SkipTrue: 3},
+		bpf.LoadIndirect{Off: 4, Size: 2}, // identifier
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(id), SkipTrue: 1},
+		bpf.RetConstant{Val: 0xffff},
+		bpf.RetConstant{Val: 0},
+	}
+}
