@@ -208,6 +208,29 @@ func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols 
 	return c, nil
 }
 
+// Restore sets the rates to start from (clamped into the bounds), as saved by
+// an earlier run; the first tick writes them. Call it before the first Tick.
+func (c *Controller) Restore(rates [2]float64) {
+	for _, d := range estimator.Directions {
+		if rates[d] > 0 && c.shapers[d] != nil {
+			c.rates[d] = math.Round(c.cfg.Directions[d].Bounds.Clamp(rates[d])/1000) * 1000
+		}
+	}
+}
+
+// Reattach swaps the shapers (after the interface came back, or the qdisc
+// was made again) and makes the next tick write its rate, whatever the new
+// shapers hold.
+func (c *Controller) Reattach(shapers [2]actuator.Shaper) {
+	for _, d := range estimator.Directions {
+		if (shapers[d] == nil) != (c.shapers[d] == nil) {
+			continue // a direction cannot appear or vanish
+		}
+		c.shapers[d] = shapers[d]
+		c.written[d] = false
+	}
+}
+
 // AddSample hands one probe answer to the estimator.
 func (c *Controller) AddSample(s estimator.Sample) { c.est.AddSample(s) }
 

@@ -1082,3 +1082,45 @@ func TestRun(t *testing.T) {
 		t.Errorf("unexpected extra decisions (%d) or errors (%d)", len(decisions), len(errs))
 	}
 }
+
+func TestRestoreAndReattach(t *testing.T) {
+	est, err := estimator.New(estimator.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg controller.Config
+	cfg.Directions[estimator.Down].Bounds = policies.Bounds{Min: 1e6, Base: 10e6, Max: 20e6}
+	first := &actuator.Fake{}
+	c, err := controller.New(cfg, est, [2]actuator.Shaper{first, nil}, [2]policies.Policy{holdPolicy{}, nil}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Restore([2]float64{50e6, 3e6}) // clamped to max; up is uncontrolled
+	if got := c.Rate(estimator.Down); got != 20e6 {
+		t.Errorf("Rate(down) after Restore = %v, want 20e6 (clamped)", got)
+	}
+	ctx := context.Background()
+	if _, err := c.Tick(ctx, time.Unix(1000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Rate(); got != 20e6 {
+		t.Errorf("first shaper rate = %v, want the restored 20e6", got)
+	}
+	second := &actuator.Fake{}
+	c.Reattach([2]actuator.Shaper{second, nil})
+	decs, err := c.Tick(ctx, time.Unix(1001, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := second.Rate(); got != 20e6 || len(decs) != 1 || decs[0].Reason != policies.ReasonStart {
+		t.Errorf("after Reattach: new shaper rate %v, decisions %+v: want 20e6 written once", got, decs)
+	}
+}
+
+// holdPolicy proposes the current rate.
+type holdPolicy struct{}
+
+func (holdPolicy) Name() string { return "hold" }
+func (holdPolicy) Next(in policies.Input) policies.Proposal {
+	return policies.Proposal{Rate: in.Rate, Reason: policies.ReasonHold}
+}
