@@ -176,6 +176,7 @@ type Controller struct {
 	prober   Prober
 
 	rates     [2]float64 // what was last written, bit/s
+	intended  [2]float64 // what the policy last asked for: its next input
 	written   [2]bool    // whether a rate was ever written
 	state     State
 	since     time.Time // when the current state began
@@ -204,6 +205,7 @@ func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols 
 			return nil, fmt.Errorf("controller: %s has a shaper but no bounds", d)
 		}
 		c.rates[d] = cfg.Directions[d].Bounds.Base
+		c.intended[d] = c.rates[d]
 	}
 	return c, nil
 }
@@ -214,6 +216,7 @@ func (c *Controller) Restore(rates [2]float64) {
 	for _, d := range estimator.Directions {
 		if rates[d] > 0 && c.shapers[d] != nil {
 			c.rates[d] = math.Round(c.cfg.Directions[d].Bounds.Clamp(rates[d])/1000) * 1000
+			c.intended[d] = c.rates[d]
 		}
 	}
 }
@@ -357,7 +360,7 @@ func (c *Controller) enter(s State, now time.Time) {
 
 // next decides the rate for d in the current state.
 func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Observation) (float64, policies.Reason) {
-	cur := c.rates[d]
+	cur := c.intended[d]
 	dc := c.cfg.Directions[d]
 	switch c.state {
 	case Idle:
@@ -399,7 +402,14 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	if rate > b.Max {
 		rate = math.Floor(b.Max/1000) * 1000
 	}
+	c.intended[d] = rate
 	if c.written[d] && rate == c.rates[d] {
+		return Decision{}, false, nil
+	}
+	// Small rises and drifts wait until they add up to half a per cent (or
+	// reach base): a shaper gains nothing from them, and the decision log
+	// would get one line every tick. Cuts are written at once.
+	if c.written[d] && gradual(reason) && rate != b.Base && math.Abs(rate-c.rates[d]) < 0.005*c.rates[d] {
 		return Decision{}, false, nil
 	}
 	if !c.written[d] {
@@ -418,6 +428,15 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	c.rates[d] = rate
 	c.written[d] = true
 	return dec, true, nil
+}
+
+// gradual reports whether a reason moves the rate in small steps.
+func gradual(r policies.Reason) bool {
+	switch r {
+	case policies.ReasonProbe, policies.ReasonDecay, policies.ReasonIdle, policies.ReasonHold:
+		return true
+	}
+	return false
 }
 
 // A Clock gives the time and a ticker; Run uses it so tests can drive time.

@@ -350,7 +350,7 @@ func TestRounding(t *testing.T) {
 		{12_346_200, nil}, // rounds to the same kbit
 		{12_345_500, nil}, // half rounds away from zero: the same kbit
 		{12_346_000, nil}, // exactly the current rate
-		{12_345_499, []change{{Dir: estimator.Down, From: 12_346_000, To: 12_345_000, Reason: policies.ReasonProbe, State: controller.Active}}},
+		{12_000_499, []change{{Dir: estimator.Down, From: 12_346_000, To: 12_000_000, Reason: policies.ReasonProbe, State: controller.Active}}},
 	}
 	for i, s := range steps {
 		r.advance(step, loaded)
@@ -360,9 +360,46 @@ func TestRounding(t *testing.T) {
 			t.Errorf("step %d (propose %.0f): decisions mismatch (-want +got):\n%s", i, s.propose, diff)
 		}
 	}
-	want := []uint64{10_000_000, 12_346_000, 12_345_000}
+	want := []uint64{10_000_000, 12_346_000, 12_000_000}
 	if diff := cmp.Diff(want, r.shapers[estimator.Down].Writes()); diff != "" {
 		t.Errorf("shaper writes mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// Small gradual steps add up before they are written; cuts are written at
+// once, however small.
+func TestDeadband(t *testing.T) {
+	var cfg controller.Config
+	cfg.Directions[estimator.Down].Bounds = downBounds
+	r := newRig(t, cfg)
+	r.sample()
+	r.tick() // writes base, 10 Mbit/s
+	probe := func(rate float64) policies.Proposal {
+		return policies.Proposal{Rate: rate, Reason: policies.ReasonProbe}
+	}
+	steps := []struct {
+		propose policies.Proposal
+		want    []change
+	}{
+		{probe(10_020_000), nil}, // +0.2 %: waits
+		{probe(10_040_000), nil}, // +0.4 % in all: waits
+		{probe(10_060_000), []change{{Dir: estimator.Down, From: 10e6, To: 10_060_000, Reason: policies.ReasonProbe, State: controller.Active}}},
+		{policies.Proposal{Rate: 10_050_000, Reason: policies.ReasonEase}, []change{{Dir: estimator.Down, From: 10_060_000, To: 10_050_000, Reason: policies.ReasonEase, State: controller.Active}}},
+	}
+	for i, s := range steps {
+		r.advance(step, loaded)
+		r.sample()
+		r.pols[estimator.Down].mu.Lock()
+		r.pols[estimator.Down].queue = append(r.pols[estimator.Down].queue, s.propose)
+		r.pols[estimator.Down].mu.Unlock()
+		if diff := cmp.Diff(s.want, changes(r.tick())); diff != "" {
+			t.Errorf("step %d: decisions mismatch (-want +got):\n%s", i, diff)
+		}
+	}
+	// The policy saw the rate it asked for, not the one written.
+	ins := r.pols[estimator.Down].inputs
+	if got := ins[len(ins)-2].Rate; got != 10_040_000 {
+		t.Errorf("the policy's input before the third step = %v, want the intended 10040000", got)
 	}
 }
 

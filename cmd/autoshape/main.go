@@ -25,6 +25,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 const usage = `usage: autoshape COMMAND [FLAGS]
 
 commands:
+  run        the daemon: run -c FILE [--dry-run]
   simulate   replay a capacity trace through the link model under several schemes
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
   plot       draw time series, delay distributions and sweeps as PNG or SVG
@@ -47,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "run":
+		err = runDaemon(args[1:], stdout, stderr)
 	case "simulate":
 		err = simulate(args[1:], stdout, stderr)
 	case "shape":

@@ -1,0 +1,471 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+)
+
+// runCmd is `autoshape run -c FILE [--dry-run]`: the daemon.
+func runDaemon(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "configuration file (see `autoshape config default`)")
+	dry := fs.Bool("dry-run", false, "compute and log every decision without touching any qdisc")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return usagef("-c FILE is required")
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return usageError{err}
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	defer log.Sync()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	d := &daemon{path: *path, dryRun: *dry, log: log, version: version}
+	return d.run(ctx, cfg, hup)
+}
+
+// newLogger logs to w: console lines on a terminal, JSON otherwise (for
+// journald and syslog).
+func newLogger(level string, w io.Writer) *zap.Logger {
+	var lvl zapcore.Level
+	_ = lvl.Set(level)
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey = "time"
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder = zapcore.NewJSONEncoder(encCfg)
+	if f, ok := w.(*os.File); ok && isTerminal(f) {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl))
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// A daemon runs every configured link until it is told to stop.
+type daemon struct {
+	path    string
+	dryRun  bool
+	log     *zap.Logger
+	version string
+
+	mu    sync.Mutex
+	links map[string]*linkRunner // by interface
+	state stateFile
+}
+
+// run starts the links, reloads on SIGHUP, and on cancellation leaves the
+// shapers at a safe rate (or removes what it set up) and saves the state.
+func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) error {
+	d.links = map[string]*linkRunner{}
+	d.state = loadState(cfg.StateFile, d.log)
+	d.log.Info("starting", zap.String("version", d.version), zap.Int("links", len(cfg.Links)), zap.Bool("dry_run", d.dryRun))
+	var metrics *Metrics
+	stopMetrics := func() {}
+	if cfg.MetricsListen != "" {
+		m, stop, err := startMetrics(ctx, cfg.MetricsListen, d.version, d.log)
+		if err != nil {
+			return err
+		}
+		metrics, stopMetrics = m, stop
+	}
+	defer stopMetrics()
+	d.apply(ctx, cfg, metrics)
+
+	save := time.NewTicker(time.Minute)
+	defer save.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.shutdown(cfg)
+			return nil
+		case <-hup:
+			next, err := loadConfig(d.path)
+			if err != nil {
+				d.log.Error("reload refused: keeping the running configuration", zap.Error(err))
+				continue
+			}
+			d.log.Info("reloading", zap.String("config", d.path))
+			d.apply(ctx, next, metrics)
+			cfg = next
+		case <-save.C:
+			d.saveState(cfg.StateFile)
+		}
+	}
+}
+
+// apply makes the running links match cfg: new links start, removed ones
+// stop as on exit, changed ones restart from the rates they had reached.
+func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want := map[string]LinkConfig{}
+	for _, l := range cfg.Links {
+		want[l.Interface] = l
+	}
+	for name, r := range d.links {
+		if l, ok := want[name]; ok && linkEqual(l, r.cfg) {
+			continue
+		}
+		d.state.Links[r.cfg.Name] = r.stop(cfg.RemoveOnExit && !r.cfg.Attach)
+		delete(d.links, name)
+	}
+	for _, l := range cfg.Links {
+		if _, ok := d.links[l.Interface]; ok {
+			continue
+		}
+		r := newLinkRunner(l, d.dryRun, d.log.With(zap.String("link", l.Name)), metrics, cfg)
+		r.start(ctx, d.state.Links[l.Name])
+		d.links[l.Interface] = r
+	}
+}
+
+func linkEqual(a, b LinkConfig) bool {
+	return a.Name == b.Name && a.Interface == b.Interface && a.IFB == b.IFB && a.Backend == b.Backend &&
+		a.Attach == b.Attach && a.Budget == b.Budget && a.Framing == b.Framing && a.Directions == b.Directions &&
+		a.Method == b.Method && slices.Equal(a.Reflectors, b.Reflectors) &&
+		a.ActiveReflectors == b.ActiveReflectors && a.ProbeRate == b.ProbeRate
+}
+
+// shutdown stops every link as configured and saves the state.
+func (d *daemon) shutdown(cfg Config) {
+	d.mu.Lock()
+	for name, r := range d.links {
+		d.state.Links[r.cfg.Name] = r.stop(cfg.RemoveOnExit && !r.cfg.Attach)
+		delete(d.links, name)
+	}
+	d.mu.Unlock()
+	d.saveState(cfg.StateFile)
+	d.log.Info("stopped")
+}
+
+func (d *daemon) saveState(path string) {
+	d.mu.Lock()
+	for _, r := range d.links {
+		d.state.Links[r.cfg.Name] = r.snapshot()
+	}
+	st := d.state
+	d.mu.Unlock()
+	if err := st.save(path); err != nil {
+		d.log.Error("failed to save the state", zap.String("path", path), zap.Error(err))
+	}
+}
+
+// A linkRunner runs one link: its shapers, probes, estimator and controller.
+type linkRunner struct {
+	cfg     LinkConfig
+	dryRun  bool
+	log     *zap.Logger
+	metrics *Metrics
+	dec     *decisionFile
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	rates [2]float64 // last written, for the state file
+	link  *actuator.Link
+	pool  *estimator.Pool
+}
+
+func newLinkRunner(l LinkConfig, dry bool, log *zap.Logger, m *Metrics, cfg Config) *linkRunner {
+	r := &linkRunner{cfg: l, dryRun: dry, log: log, metrics: m}
+	if cfg.Decisions != "" {
+		r.dec = &decisionFile{path: cfg.Decisions, maxBytes: int64(cfg.DecisionsMaxMB) << 20}
+	}
+	return r
+}
+
+// start runs the link in the background, from the saved rates if any.
+func (r *linkRunner) start(parent context.Context, saved linkState) {
+	ctx, cancel := context.WithCancel(parent)
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	r.metrics.AddLink(r.cfg.Name)
+	go func() {
+		defer close(r.done)
+		if err := r.run(ctx, saved); err != nil {
+			r.log.Error("link stopped", zap.Error(err))
+		}
+	}()
+}
+
+// stop ends the link and leaves its shapers at base (or removes them) and
+// returns what the state file keeps of it.
+func (r *linkRunner) stop(remove bool) linkState {
+	r.cancel()
+	<-r.done
+	st := r.snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.link == nil {
+		return st
+	}
+	if remove {
+		if err := r.link.Remove(); err != nil {
+			r.log.Error("failed to remove the shaping", zap.Error(err))
+		} else {
+			r.log.Info("removed the shaping")
+		}
+	} else {
+		ctx := context.Background()
+		for _, d := range estimator.Directions {
+			base := r.cfg.Directions[d].Bounds.Base
+			s := r.link.Down()
+			if d == estimator.Up {
+				s = r.link.Up()
+			}
+			if _, err := s.SetRate(ctx, uint64(base)); err != nil {
+				r.log.Error("failed to leave the shaper at its base rate", zap.String("dir", d.String()), zap.Error(err))
+			} else {
+				r.log.Info("left the shaper at its base rate", zap.String("dir", d.String()), zap.Float64("rate_kbit", base/1000))
+			}
+		}
+		r.link.Close()
+	}
+	r.link = nil
+	return st
+}
+
+func (r *linkRunner) snapshot() linkState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := linkState{DownKbit: r.rates[estimator.Down] / 1000, UpKbit: r.rates[estimator.Up] / 1000}
+	if r.pool != nil {
+		for _, a := range r.pool.Active() {
+			st.Reflectors = append(st.Reflectors, a.String())
+		}
+	}
+	return st
+}
+
+// shapers sets the link's shaping up (or finds it, in attach mode), waiting
+// with a capped backoff while the interface or the qdiscs are missing.
+func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
+	if r.dryRun {
+		return [2]actuator.Shaper{
+			estimator.Down: &dryShaper{iface: r.cfg.Interface, rx: true, log: r.log},
+			estimator.Up:   &dryShaper{iface: r.cfg.Interface, log: r.log},
+		}, nil
+	}
+	backoff := 500 * time.Millisecond
+	for {
+		var l *actuator.Link
+		var err error
+		if r.cfg.Attach {
+			l, err = actuator.Attach(r.cfg.Interface, r.cfg.IFB, 0)
+		} else {
+			// Whatever a crash or a vanished interface left is replaced.
+			_ = actuator.RemoveShaping(r.cfg.Interface, r.cfg.IFB, 0)
+			l, err = actuator.Setup(actuator.SetupConfig{
+				Iface: r.cfg.Interface, IFB: r.cfg.IFB, Backend: r.cfg.Backend,
+				Up: uint64(r.cfg.Directions[estimator.Up].Bounds.Base), Down: uint64(r.cfg.Directions[estimator.Down].Bounds.Base),
+				Framing: r.cfg.Framing,
+			})
+		}
+		if err == nil {
+			r.mu.Lock()
+			r.link = l
+			r.mu.Unlock()
+			return [2]actuator.Shaper{estimator.Down: l.Down(), estimator.Up: l.Up()}, nil
+		}
+		if actuator.IsPermission(err) || errors.Is(err, actuator.ErrNotSupported) {
+			return [2]actuator.Shaper{}, err // waiting will not help
+		}
+		r.log.Warn("shaping not ready, retrying", zap.Error(err), zap.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+			return [2]actuator.Shaper{}, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// run is the link's loop: samples into the estimator, a controller tick
+// every 50 ms, decisions logged, recovery when the interface or its qdiscs
+// go away.
+func (r *linkRunner) run(ctx context.Context, saved linkState) error {
+	shapers, err := r.shapers(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	est, err := estimator.New(estimator.Config{Budget: r.cfg.Budget})
+	if err != nil {
+		return err
+	}
+	// Reflectors the last run had active go first.
+	reflectors := r.cfg.Reflectors
+	if len(reflectors) == 0 {
+		reflectors = estimator.DefaultReflectors
+	}
+	reflectors = preferSaved(reflectors, saved.Reflectors)
+	forget := make(chan string, 16)
+	pool, err := estimator.NewPool(estimator.PoolConfig{
+		Reflectors: reflectors, Active: r.cfg.ActiveReflectors, Rate: r.cfg.ProbeRate, Method: r.cfg.Method,
+	}, estimator.NewTargetFactory(estimator.TargetOptions{Logger: r.log}), estimator.RealClock{}, r.log,
+		func(name string) {
+			select {
+			case forget <- name:
+			default:
+			}
+		})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.pool = pool
+	r.mu.Unlock()
+
+	var pols [2]policies.Policy
+	var ccfg controller.Config
+	ccfg.Link = r.cfg.Name
+	for _, d := range estimator.Directions {
+		ccfg.Directions[d] = r.cfg.Directions[d]
+		if pols[d], err = policies.NewBudget(policies.BudgetConfig{Budget: r.cfg.Budget}); err != nil {
+			return err
+		}
+	}
+	ctrl, err := controller.New(ccfg, est, shapers, pols, pool)
+	if err != nil {
+		return err
+	}
+	ctrl.Restore([2]float64{estimator.Down: saved.DownKbit * 1000, estimator.Up: saved.UpKbit * 1000})
+
+	samples := make(chan estimator.Sample, 256)
+	poolDone := make(chan error, 1)
+	go func() { poolDone <- pool.Run(ctx, samples) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	sum := newSummary()
+	failing := time.Time{}
+	var nextReflectors time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			<-poolDone
+			return nil
+		case err := <-poolDone:
+			return fmt.Errorf("probes stopped: %w", err)
+		case s := <-samples:
+			ctrl.AddSample(s)
+		case name := <-forget:
+			est.ForgetReflector(name)
+		case now := <-tick.C:
+			decs, err := ctrl.Tick(ctx, now)
+			for _, dec := range decs {
+				r.record(dec)
+			}
+			r.mu.Lock()
+			for _, d := range estimator.Directions {
+				r.rates[d] = ctrl.Rate(d)
+			}
+			r.mu.Unlock()
+			for _, d := range estimator.Directions {
+				r.metrics.Observe(r.cfg.Name, ctrl.Observation(d), ctrl.Rate(d))
+				sum.add(ctrl.Observation(d))
+			}
+			r.metrics.SetState(r.cfg.Name, ctrl.State())
+			if now.After(nextReflectors) {
+				r.metrics.Reflectors(r.cfg.Name, pool.Stats())
+				nextReflectors = now.Add(5 * time.Second)
+			}
+			if sum.due(now) {
+				sum.log(r.log, now, ctrl, len(pool.Active()))
+			}
+			if err == nil {
+				failing = time.Time{}
+				continue
+			}
+			if failing.IsZero() {
+				failing = now
+				r.log.Warn("failed to apply a rate", zap.Error(err))
+			}
+			// The interface or the qdiscs went away (a PPPoE reconnect, a
+			// qdisc deleted by someone else): make them again after a
+			// second of failures, and carry on from the same rates.
+			if now.Sub(failing) >= time.Second && !r.dryRun {
+				r.mu.Lock()
+				if r.link != nil {
+					r.link.Close()
+					r.link = nil
+				}
+				r.mu.Unlock()
+				r.log.Warn("re-applying the shaping")
+				shapers, err := r.shapers(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						<-poolDone
+						return nil
+					}
+					return err
+				}
+				ctrl.Reattach(shapers)
+				failing = time.Time{}
+			}
+		}
+	}
+}
+
+// record logs a decision (one INFO line with its reasons), counts it and
+// appends it to the decision file.
+func (r *linkRunner) record(d controller.Decision) {
+	r.log.Info("rate change", zap.Object("decision", d))
+	r.metrics.Decision(d)
+	if r.dec != nil {
+		if err := r.dec.write(d); err != nil {
+			r.log.Warn("failed to write the decision file", zap.Error(err))
+		}
+	}
+}
+
+// preferSaved moves the saved active reflectors to the front, in order.
+func preferSaved(all []netip.Addr, saved []string) []netip.Addr {
+	if len(saved) == 0 {
+		return all
+	}
+	var first, rest []netip.Addr
+	for _, a := range all {
+		if slices.Contains(saved, a.String()) {
+			first = append(first, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	return append(first, rest...)
+}

@@ -1,0 +1,298 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// daemonLab is a router namespace holding "wan0" and a reflector namespace
+// on its other end with three reflector addresses.
+type daemonLab struct {
+	router, reflector string
+	dir, config       string
+}
+
+func newDaemonLab(t *testing.T) *daemonLab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces and runs the daemon in one")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	l := &daemonLab{router: "as-run-r-" + id, reflector: "as-run-x-" + id, dir: t.TempDir()}
+	for _, ns := range []string{l.router, l.reflector} {
+		mustRun(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	l.wire(t)
+	l.config = filepath.Join(l.dir, "autoshape.toml")
+	l.writeConfig(t, "")
+	return l
+}
+
+// wire (re)creates the veth pair and the addresses.
+func (l *daemonLab) wire(t *testing.T) {
+	t.Helper()
+	mustRun(t, "ip", "-n", l.router, "link", "add", "wan0", "type", "veth", "peer", "name", "rf0", "netns", l.reflector)
+	mustRun(t, "ip", "-n", l.router, "addr", "add", "10.79.0.1/24", "dev", "wan0")
+	mustRun(t, "ip", "-n", l.router, "link", "set", "wan0", "up")
+	for _, a := range []string{"2", "3", "4"} {
+		mustRun(t, "ip", "-n", l.reflector, "addr", "add", "10.79.0."+a+"/24", "dev", "rf0")
+	}
+	mustRun(t, "ip", "-n", l.reflector, "link", "set", "rf0", "up")
+}
+
+func (l *daemonLab) writeConfig(t *testing.T, extra string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`state_file = %q
+on_exit = "base"
+[log]
+level = "info"
+decisions = %q
+[metrics]
+listen = "127.0.0.1:19877"
+[[link]]
+name = "wan"
+interface = "wan0"
+backend = "htb"
+[link.download]
+min = "1mbit"
+base = "10mbit"
+max = "50mbit"
+[link.upload]
+min = "1mbit"
+base = "5mbit"
+max = "20mbit"
+[link.probe]
+method = "echo"
+reflectors = ["10.79.0.2", "10.79.0.3", "10.79.0.4"]
+active = 3
+rate = 20
+%s`, filepath.Join(l.dir, "state.json"), filepath.Join(l.dir, "decisions.jsonl"), extra)
+	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// safeBuffer collects the daemon's log.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *safeBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs the daemon (this test binary, see TestMain) in the router
+// namespace.
+func (l *daemonLab) start(t *testing.T) (*exec.Cmd, *safeBuffer) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
+	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=run -c "+l.config)
+	log := &safeBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, log
+}
+
+// eventually polls cond for up to d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool, log *safeBuffer) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s did not happen; daemon log:\n%s", d, what, tail(log.String(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (l *daemonLab) classes(dev string) string {
+	out, _ := exec.Command("tc", "-n", l.router, "class", "show", "dev", dev).CombinedOutput()
+	return string(out)
+}
+
+// scrape fetches the metrics from inside the router namespace.
+func (l *daemonLab) scrape(t *testing.T) string {
+	t.Helper()
+	var body string
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // thrown away with the goroutine
+		h, e := netns.GetFromName(l.router)
+		if e != nil {
+			err = e
+			return
+		}
+		defer h.Close()
+		if err = netns.Set(h); err != nil {
+			return
+		}
+		// Dial here, on the thread in the namespace: an http.Transport
+		// would dial from a goroutine of its own, in the host's namespace.
+		conn, e := net.DialTimeout("tcp", "127.0.0.1:19877", 2*time.Second)
+		if e != nil {
+			err = e
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:19877/metrics", nil)
+		req.Close = true
+		if err = req.Write(conn); err != nil {
+			return
+		}
+		resp, e := http.ReadResponse(bufio.NewReader(conn), req)
+		if e != nil {
+			err = e
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+	}()
+	<-done
+	if err != nil {
+		t.Fatalf("scraping the metrics failed: %v", err)
+	}
+	return body
+}
+
+func TestDaemonLifecycle(t *testing.T) {
+	l := newDaemonLab(t)
+	// A state file from an earlier run: the daemon resumes from its rates.
+	state := filepath.Join(l.dir, "state.json")
+	os.WriteFile(state, []byte(`{"version": 1, "links": {"wan": {"down_kbit": 20000, "up_kbit": 4000}}}`), 0o644)
+
+	cmd, log := l.start(t)
+	// An unloaded link then drifts towards base: the start decisions show
+	// where it began.
+	eventually(t, 10*time.Second, "the shaping, starting from the saved rates", func() bool {
+		return strings.Contains(log.String(), `"dir":"down","from_kbit":20000`) &&
+			strings.Contains(log.String(), `"dir":"up","from_kbit":4000`) &&
+			strings.Contains(l.classes("ifb4wan0"), "htb 1:1") && strings.Contains(l.classes("wan0"), "htb 1:1")
+	}, log)
+
+	body := l.scrape(t)
+	for _, want := range []string{`autoshape_shaper_rate_bits{dir="down",link="wan"}`, `autoshape_state{link="wan",state="active"} 1`, "autoshape_build_info"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(l.dir, "decisions.jsonl")); err != nil || !strings.Contains(string(b), `"reason":"start"`) {
+		t.Errorf("decision file: %v, %q", err, tail(string(b), 500))
+	}
+
+	// A reflector goes away: the daemon carries on.
+	mustRun(t, "ip", "-n", l.reflector, "addr", "del", "10.79.0.4/24", "dev", "rf0")
+
+	// Someone deletes the qdisc: it is made again.
+	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "root")
+	eventually(t, 10*time.Second, "the deleted qdisc made again", func() bool {
+		return strings.Contains(l.classes("wan0"), "htb 1:1")
+	}, log)
+
+	// The interface vanishes and comes back with a new index.
+	mustRun(t, "ip", "-n", l.router, "link", "del", "wan0")
+	time.Sleep(time.Second)
+	l.wire(t)
+	eventually(t, 15*time.Second, "the shaping re-applied on the new interface", func() bool {
+		return strings.Contains(l.classes("wan0"), "htb 1:1") && strings.Contains(l.classes("ifb4wan0"), "htb 1:1")
+	}, log)
+
+	// A broken config on SIGHUP is refused; the daemon keeps running.
+	os.WriteFile(l.config, []byte("this is not toml ["), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 5*time.Second, "the broken reload refused", func() bool {
+		return strings.Contains(log.String(), "reload refused")
+	}, log)
+	l.writeConfig(t, "")
+
+	// SIGTERM: exit 0, shapers at base, the state file valid.
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 3000))
+	}
+	if got := l.classes("ifb4wan0"); !strings.Contains(got, "rate 10Mbit") {
+		t.Errorf("download class after exit = %q, want the base rate 10Mbit", got)
+	}
+	if got := l.classes("wan0"); !strings.Contains(got, "rate 5Mbit") {
+		t.Errorf("upload class after exit = %q, want the base rate 5Mbit", got)
+	}
+	var st stateFile
+	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &st) != nil || st.Links["wan"].DownKbit == 0 {
+		t.Errorf("state file after exit: %v %+v", err, st)
+	}
+
+	// kill -9, then a restart resumes from the state file.
+	os.WriteFile(state, []byte(`{"version": 1, "links": {"wan": {"down_kbit": 30000, "up_kbit": 6000}}}`), 0o644)
+	cmd, log = l.start(t)
+	eventually(t, 10*time.Second, "the shaping from the state's rates", func() bool {
+		return strings.Contains(log.String(), `"dir":"down","from_kbit":30000`)
+	}, log)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &st) != nil {
+		t.Errorf("state file after kill -9 is not valid: %v", err)
+	}
+	cmd, log = l.start(t)
+	eventually(t, 10*time.Second, "a restart after kill -9 resuming", func() bool {
+		return strings.Contains(log.String(), `"reason":"start"`) && strings.Contains(l.classes("ifb4wan0"), "htb 1:1")
+	}, log)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the restarted daemon exited with %v", err)
+	}
+}
