@@ -81,15 +81,17 @@ type daemon struct {
 	log     *zap.Logger
 	version string
 
-	mu    sync.Mutex
-	links map[string]*linkRunner // by interface
-	state stateFile
+	mu     sync.Mutex
+	links  map[string]*linkRunner // by interface
+	state  stateFile
+	failed chan error // a link that cannot go on
 }
 
 // run starts the links, reloads on SIGHUP, and on cancellation leaves the
 // shapers at a safe rate (or removes what it set up) and saves the state.
 func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) error {
 	d.links = map[string]*linkRunner{}
+	d.failed = make(chan error, 1)
 	d.state = loadState(cfg.StateFile, d.log)
 	d.log.Info("starting", zap.String("version", d.version), zap.Int("links", len(cfg.Links)), zap.Bool("dry_run", d.dryRun))
 	var metrics *Metrics
@@ -111,6 +113,12 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 		case <-ctx.Done():
 			d.shutdown(cfg)
 			return nil
+		case err := <-d.failed:
+			// A link that cannot be shaped (no CAKE in the kernel, no
+			// privileges) ends the daemon with an error, so that the
+			// service manager sees it, rather than idling for ever.
+			d.shutdown(cfg)
+			return err
 		case <-hup:
 			next, err := loadConfig(d.path)
 			if err != nil {
@@ -147,6 +155,7 @@ func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
 			continue
 		}
 		r := newLinkRunner(l, d.dryRun, d.log.With(zap.String("link", l.Name)), metrics, cfg)
+		r.failed = d.failed
 		r.start(ctx, d.state.Links[l.Name])
 		d.links[l.Interface] = r
 	}
@@ -193,6 +202,7 @@ type linkRunner struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	failed chan<- error
 
 	mu    sync.Mutex
 	rates [2]float64 // last written, for the state file
@@ -218,6 +228,10 @@ func (r *linkRunner) start(parent context.Context, saved linkState) {
 		defer close(r.done)
 		if err := r.run(ctx, saved); err != nil {
 			r.log.Error("link stopped", zap.Error(err))
+			select {
+			case r.failed <- fmt.Errorf("link %s: %w", r.cfg.Name, err):
+			default:
+			}
 		}
 	}()
 }

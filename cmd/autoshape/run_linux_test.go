@@ -296,3 +296,23 @@ func TestDaemonLifecycle(t *testing.T) {
 		t.Errorf("the restarted daemon exited with %v", err)
 	}
 }
+
+// TestDaemonFailsWithoutCake: a link that cannot be shaped ends the daemon
+// with an error (exit status 1) instead of leaving it idle.
+func TestDaemonFailsWithoutCake(t *testing.T) {
+	l := newDaemonLab(t)
+	cfg, _ := os.ReadFile(l.config)
+	os.WriteFile(l.config, []byte(strings.Replace(string(cfg), `backend = "htb"`, `backend = "cake"`, 1)), 0o644)
+	cmd, log := l.start(t)
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		var exit *exec.ExitError
+		if !asExit(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(log.String(), "--backend htb") {
+			t.Errorf("the daemon ended with %v, want exit status 1 suggesting --backend htb; log:\n%s", err, tail(log.String(), 2000))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon did not end on a kernel without CAKE; log:\n%s", tail(log.String(), 2000))
+	}
+}
