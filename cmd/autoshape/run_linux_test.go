@@ -120,10 +120,10 @@ func (s *safeBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 // start runs the daemon (this test binary, see TestMain) in the router
 // namespace.
-func (l *daemonLab) start(t *testing.T) (*exec.Cmd, *safeBuffer) {
+func (l *daemonLab) start(t *testing.T, flags ...string) (*exec.Cmd, *safeBuffer) {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
-	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=run -c "+l.config)
+	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=run -c "+l.config+" "+strings.Join(flags, " "))
 	log := &safeBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -258,7 +258,26 @@ func TestDaemonLifecycle(t *testing.T) {
 	eventually(t, 5*time.Second, "the broken reload refused", func() bool {
 		return strings.Contains(log.String(), "reload refused")
 	}, log)
+	// A valid new config (a new upper bound for download) restarts the link
+	// from the rates it had reached, not from base.
+	starts := strings.Count(log.String(), `"reason":"start"`)
 	l.writeConfig(t, "")
+	cfgText, _ := os.ReadFile(l.config)
+	os.WriteFile(l.config, []byte(strings.Replace(string(cfgText), `max = "50mbit"`, `max = "60mbit"`, 1)), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the link restarted by a valid reload", func() bool {
+		return strings.Contains(log.String(), `"msg":"reloading"`) && strings.Count(log.String(), `"reason":"start"`) >= starts+2
+	}, log)
+	after := log.String()[strings.LastIndex(log.String(), `"msg":"reloading"`):]
+	var from float64
+	if i := strings.Index(after, `"dir":"down","from_kbit":`); i >= 0 {
+		fmt.Sscanf(after[i+len(`"dir":"down","from_kbit":`):], "%g", &from)
+	}
+	// It began at the saved 20 Mbit/s and drifts down towards the 10 Mbit/s
+	// base: a restart from base would start at 10000.
+	if from <= 10000 {
+		t.Errorf("the reloaded link started from %v kbit/s, want the rate it had reached (above base):\n%s", from, tail(log.String(), 1500))
+	}
 
 	// SIGTERM: exit 0, shapers at base, the state file valid.
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -314,5 +333,94 @@ func TestDaemonFailsWithoutCake(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the daemon did not end on a kernel without CAKE; log:\n%s", tail(log.String(), 2000))
+	}
+}
+
+// blast sends UDP datagrams of 1400 bytes from the namespace ns to dst at
+// about rate bit/s until stop is closed.
+func blast(t *testing.T, ns, dst string, rate float64, stop <-chan struct{}) {
+	t.Helper()
+	ready := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // thrown away with the goroutine
+		h, err := netns.GetFromName(ns)
+		if err == nil {
+			err = netns.Set(h)
+			h.Close()
+		}
+		var conn net.Conn
+		if err == nil {
+			conn, err = net.Dial("udp", dst)
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf := make([]byte, 1400)
+		per := time.Duration(float64(time.Second) * 1400 * 8 / rate * 10)
+		tick := time.NewTicker(per)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				for range 10 {
+					conn.Write(buf)
+				}
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("failed to start the load in %s: %v", ns, err)
+	}
+}
+
+// TestDaemonCutsOnBloatedLink: behind an 8 Mbit/s bottleneck with half a
+// second of buffer (the "ISP" on the reflector side), a download load of
+// 12 Mbit/s bloats the link; the daemon, starting at 10 Mbit/s, cuts.
+func TestDaemonCutsOnBloatedLink(t *testing.T) {
+	l := newDaemonLab(t)
+	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "root", "handle", "1:", "htb", "default", "1")
+	mustRun(t, "tc", "-n", l.reflector, "class", "add", "dev", "rf0", "parent", "1:", "classid", "1:1", "htb", "rate", "8mbit")
+	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "parent", "1:1", "bfifo", "limit", "500000")
+	cmd, log := l.start(t)
+	eventually(t, 10*time.Second, "the shaping", func() bool { return strings.Contains(l.classes("ifb4wan0"), "htb 1:1") }, log)
+	stop := make(chan struct{})
+	defer close(stop)
+	blast(t, l.reflector, "10.79.0.1:9", 12e6, stop)
+	eventually(t, 15*time.Second, "a download cut for the bloat", func() bool {
+		out := log.String()
+		return strings.Contains(out, `"dir":"down"`) && (strings.Contains(out, `"reason":"bloat"`) ||
+			strings.Contains(out, `"reason":"ease"`) || strings.Contains(out, `"reason":"capacity_drop"`))
+	}, log)
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, `"dir":"down"`) && !strings.Contains(line, `"reason":"start"`) && !strings.Contains(line, `"reason":"decay"`) {
+			t.Logf("%s", line)
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the daemon exited with %v", err)
+	}
+}
+
+// TestDaemonDryRun: --dry-run decides and logs but touches no qdisc.
+func TestDaemonDryRun(t *testing.T) {
+	l := newDaemonLab(t)
+	before, _ := exec.Command("tc", "-n", l.router, "qdisc", "show").CombinedOutput()
+	cmd, log := l.start(t, "--dry-run")
+	eventually(t, 10*time.Second, "dry-run decisions", func() bool {
+		return strings.Contains(log.String(), `"qdisc":"dry-run"`)
+	}, log)
+	after, _ := exec.Command("tc", "-n", l.router, "qdisc", "show").CombinedOutput()
+	if string(after) != string(before) {
+		t.Errorf("--dry-run changed the qdiscs:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the daemon exited with %v", err)
 	}
 }
