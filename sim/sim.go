@@ -234,9 +234,6 @@ type Model struct {
 	rng   *rand.Rand
 }
 
-// debugHook, when set by a test, sees every tick.
-var debugHook func(now int64, m *Model, c *controller.Controller, decs []controller.Decision)
-
 // scoreEvery is the independent probe's interval, ms.
 const scoreEvery = 10
 
@@ -408,9 +405,6 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			}
 			for _, dec := range decs {
 				changes[dec.Direction]++
-			}
-			if debugHook != nil {
-				debugHook(now, m, ctrl, decs)
 			}
 		}
 
