@@ -29,6 +29,7 @@ commands:
   simulate   replay a capacity trace through the link model under several schemes
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
   plot       draw time series, delay distributions and sweeps as PNG or SVG
+  sweep      shape at stepped fractions of the line rate under load and pick the knee
   calc       TCP goodput of a shaped rate for a link's framing (ATM, PTM, PPPoE, ...)
   config     default: print the reference configuration; check FILE: validate one
   version    print the version
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = shape(args[1:], stdout, stderr)
 	case "plot":
 		err = plotCmd(args[1:], stdout, stderr)
+	case "sweep":
+		err = sweepCmd(args[1:], stdout, stderr)
 	case "calc":
 		err = calc(args[1:], stdout, stderr)
 	case "config":

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/sim"
+)
+
+func TestSweepFractions(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, step float64
+		want           []float64
+		err            string
+	}{
+		{from: 0.7, to: 1, step: 0.025, want: []float64{0.7, 0.725, 0.75, 0.775, 0.8, 0.825, 0.85, 0.875, 0.9, 0.925, 0.95, 0.975, 1}},
+		{from: 0.9, to: 0.99, step: 0.09, want: []float64{0.9, 0.99}},
+		{from: 0.5, to: 0.5, step: 0.1, want: []float64{0.5}},
+		{from: 0.8, to: 0.95, step: 0.1, want: []float64{0.8, 0.9}},
+		{from: 0, to: 1, step: 0.1, err: "--from"},
+		{from: 0.9, to: 0.8, step: 0.1, err: "--to"},
+		{from: 0.5, to: 1, step: 0, err: "--step"},
+		{from: 0.01, to: 2, step: 0.001, err: "at most 200"},
+	} {
+		got, err := sweepFractions(tc.from, tc.to, tc.step)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("sweepFractions(%v, %v, %v) = %v, %v; want an error naming %s", tc.from, tc.to, tc.step, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !cmp.Equal(got, tc.want) {
+			t.Errorf("sweepFractions(%v, %v, %v) = %v, %v; want %v", tc.from, tc.to, tc.step, got, err, tc.want)
+		}
+	}
+}
+
+func TestSweepPlanErrors(t *testing.T) {
+	for _, tc := range []struct {
+		dir, down, up string
+		hold          time.Duration
+		err           string
+	}{
+		{dir: "sideways", down: "10mbit", up: "1mbit", hold: time.Minute, err: "--direction"},
+		{dir: "both", down: "10mbit", hold: time.Minute, err: "--line-rate-up is required"},
+		{dir: "down", down: "fast", hold: time.Minute, err: "--line-rate-down"},
+		{dir: "down", down: "10mbit", hold: time.Millisecond, err: "--hold"},
+	} {
+		_, err := newSweepPlan(tc.dir, tc.down, tc.up, 0.7, 1, 0.1, tc.hold, 15*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("newSweepPlan(%q, %q, %q, hold %v) = %v; want an error naming %s", tc.dir, tc.down, tc.up, tc.hold, err, tc.err)
+		}
+	}
+	p, err := newSweepPlan("up", "", "2604kbit", 0.7, 1, 0.1, 20*time.Second, 15*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.LineRate[estimator.Up] != 2604e3 || len(p.Fractions) != 4 || p.Settle != 5*time.Second || p.Pause != 3*time.Second {
+		t.Errorf("plan = %+v", p)
+	}
+}
+
+func TestParseLoad(t *testing.T) {
+	for _, tc := range []struct {
+		spec    string
+		streams int
+		err     string
+	}{
+		{spec: "", streams: 4, err: "--load is required"},
+		{spec: "exec:", streams: 4, err: "no command"},
+		{spec: "ftp://x/y", streams: 4, err: "want an http"},
+		{spec: "http:///nohost", streams: 4, err: "host"},
+		{spec: "http://10.0.0.1/big", streams: 0, err: "--streams"},
+		{spec: "http://10.0.0.1/big", streams: 4},
+		{spec: "exec:iperf3 -c 10.0.0.1 -t 30", streams: 4},
+	} {
+		_, err := parseLoad(tc.spec, tc.streams)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("parseLoad(%q, %d) = %v; want error %q", tc.spec, tc.streams, err, tc.err)
+		}
+	}
+}
+
+func TestRecommend(t *testing.T) {
+	steps := []sweepStep{
+		{Direction: "down", RateKbit: 14000, Delay: sim.Delay{P95: 4}},
+		{Direction: "down", RateKbit: 15000, Delay: sim.Delay{P95: 15}}, // at the budget: within
+		{Direction: "down", RateKbit: 16000, Delay: sim.Delay{P95: 15.1}},
+		{Direction: "down", RateKbit: 0, Delay: sim.Delay{P95: 3}}, // unshaped never counts
+		{Direction: "up", RateKbit: 2000, Delay: sim.Delay{P95: 40}},
+	}
+	got := recommend(steps, 15*time.Millisecond)
+	want := sweepRecommendation{DownKbit: 15000, UpKbit: 0, BudgetMs: 15}
+	if got != want {
+		t.Errorf("recommend = %+v, want %+v", got, want)
+	}
+	var out bytes.Buffer
+	writeSweepTable(&out, sweepReport{Steps: steps, Recommendation: got},
+		sweepPlan{Directions: []estimator.Direction{estimator.Down, estimator.Up}, LineRate: [2]float64{estimator.Down: 17613e3, estimator.Up: 2604e3}})
+	for _, want := range []string{"unshaped", "[link.download]", `base = "15000kbit"`, `max = "17613kbit"`, "up: no step was within the budget"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// fakeLine is a link whose added delay under load is small while the shaper
+// is below its capacity and large above it; the load counts bytes into the
+// shaper's statistics at the shaper's rate.
+type fakeLine struct {
+	capacity float64 // bit/s
+	shaper   *actuator.Fake
+	loaded   atomic.Bool
+	loads    atomic.Int32
+}
+
+func (f *fakeLine) Load(ctx context.Context, d estimator.Direction, _ float64, _ time.Duration) error {
+	f.loaded.Store(true)
+	f.loads.Add(1)
+	defer f.loaded.Store(false)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			st, _ := f.shaper.Stats(ctx)
+			rate := min(float64(f.shaper.Rate()), f.capacity)
+			st.Bytes += uint64(rate / 8 / 100)
+			f.shaper.SetStats(st)
+		}
+	}
+}
+
+// probe sends round-trip samples from two reflectors every 5 ms.
+func (f *fakeLine) probe(ctx context.Context, out chan<- estimator.Sample) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			added := time.Millisecond
+			if f.loaded.Load() && float64(f.shaper.Rate()) > f.capacity {
+				added = 80 * time.Millisecond
+			}
+			name := []string{"10.0.0.1", "10.0.0.2"}[i%2]
+			base := []time.Duration{20 * time.Millisecond, 35 * time.Millisecond}[i%2]
+			select {
+			case out <- estimator.Sample{Reflector: name, Kind: estimator.RTT, Sent: now, Delay: base + added}:
+			default:
+			}
+		}
+	}
+}
+
+// TestSweeperFindsTheKnee: on a 10 Mbit/s line with 9 Mbit/s of real
+// capacity, the steps at 50 % and 80 % stay within the budget, 100 % and the
+// unshaped step do not, and the recommendation is the 80 % step.
+func TestSweeperFindsTheKnee(t *testing.T) {
+	line := &fakeLine{capacity: 9e6, shaper: &actuator.Fake{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	samples := make(chan estimator.Sample, 1024)
+	go line.probe(ctx, samples)
+	s := &sweeper{shapers: [2]actuator.Shaper{estimator.Down: line.shaper, estimator.Up: &actuator.Fake{}},
+		samples: samples, load: line, log: zap.NewNop(), now: time.Now}
+	p := sweepPlan{Directions: []estimator.Direction{estimator.Down}, LineRate: [2]float64{estimator.Down: 10e6},
+		Fractions: []float64{0.5, 0.8, 1}, Hold: 400 * time.Millisecond, Settle: 50 * time.Millisecond,
+		Pause: 100 * time.Millisecond, Budget: 15 * time.Millisecond}
+	rep, err := s.run(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Steps) != 4 || line.loads.Load() != 4 {
+		t.Fatalf("%d steps and %d loads, want 4 of each: %+v", len(rep.Steps), line.loads.Load(), rep.Steps)
+	}
+	for i, want := range []struct {
+		rate    float64
+		bloated bool
+	}{{5000, false}, {8000, false}, {10000, true}, {0, true}} {
+		st := rep.Steps[i]
+		if st.Direction != "down" || st.RateKbit != want.rate || (st.Delay.P95 > 15) != want.bloated {
+			t.Errorf("step %d = %+v; want rate %v kbit, bloated %v", i, st, want.rate, want.bloated)
+		}
+		if st.Delay.P50 > st.Delay.P95 || st.Delay.P95 > st.Delay.P99 {
+			t.Errorf("step %d: percentiles out of order: %+v", i, st.Delay)
+		}
+	}
+	// The load counted bytes at min(rate, capacity): goodput follows the
+	// rate below the capacity and stops at it above.
+	if g := rep.Steps[0].GoodputKbit; g < 2500 || g > 5500 {
+		t.Errorf("goodput at 5 Mbit/s = %v kbit/s", g)
+	}
+	if g := rep.Steps[3].GoodputKbit; g > 9900 {
+		t.Errorf("unshaped goodput = %v kbit/s, above the 9 Mbit/s capacity", g)
+	}
+	if want := (sweepRecommendation{DownKbit: 8000, BudgetMs: 15}); rep.Recommendation != want {
+		t.Errorf("recommendation = %+v, want %+v", rep.Recommendation, want)
+	}
+	if got := line.shaper.Writes(); !cmp.Equal(got, []uint64{5e6, 8e6, 10e6, 100e6}) {
+		t.Errorf("rates written %v", got)
+	}
+}
+
+// TestSweeperStopsWithoutAnswers: a sweep whose probes go unanswered fails
+// with an error naming the reflectors instead of reporting empty steps.
+func TestSweeperStopsWithoutAnswers(t *testing.T) {
+	line := &fakeLine{capacity: 9e6, shaper: &actuator.Fake{}}
+	s := &sweeper{shapers: [2]actuator.Shaper{estimator.Down: line.shaper, estimator.Up: &actuator.Fake{}},
+		samples: make(chan estimator.Sample), load: line, log: zap.NewNop(), now: time.Now}
+	p := sweepPlan{Directions: []estimator.Direction{estimator.Down}, LineRate: [2]float64{estimator.Down: 10e6},
+		Fractions: []float64{0.5}, Hold: 100 * time.Millisecond, Settle: 10 * time.Millisecond, Pause: 10 * time.Millisecond, Budget: 15 * time.Millisecond}
+	if _, err := s.run(context.Background(), p); err == nil || !strings.Contains(err.Error(), "reflectors") {
+		t.Errorf("run = %v, want an error about the probes", err)
+	}
+	if line.loaded.Load() {
+		t.Error("the load is still running")
+	}
+}
+
+// TestSweepUsageErrors: bad flags and configurations exit with status 2
+// before anything is touched.
+func TestSweepUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "ok.toml")
+	var def bytes.Buffer
+	if code := run([]string{"config", "default"}, &def, &bytes.Buffer{}); code != 0 {
+		t.Fatal("config default failed")
+	}
+	if err := os.WriteFile(cfg, def.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sweep"}, "-c FILE is required"},
+		{[]string{"sweep", "-c", filepath.Join(dir, "missing.toml")}, "missing.toml"},
+		{[]string{"sweep", "-c", cfg, "--link", "nope", "--line-rate-down", "10mbit", "--load", "exec:true"}, `--link "nope"`},
+		{[]string{"sweep", "-c", cfg, "--direction", "down", "--load", "exec:true"}, "--line-rate-down is required"},
+		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "10mbit"}, "--load is required"},
+		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "10mbit", "--load", "exec:true", "--plot", "x.jpg"}, "--plot"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}

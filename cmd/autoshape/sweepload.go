@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/autoshape/autoshape/estimator"
+)
+
+// parseLoad reads --load: an http(s) URL, or exec:COMMAND.
+func parseLoad(spec string, streams int) (loadSource, error) {
+	switch {
+	case spec == "":
+		return nil, errors.New("--load is required: an http(s) URL of a large file that also accepts POSTs, or exec:COMMAND")
+	case strings.HasPrefix(spec, "exec:"):
+		cmd := strings.TrimSpace(strings.TrimPrefix(spec, "exec:"))
+		if cmd == "" {
+			return nil, errors.New("--load exec: names no command")
+		}
+		return execLoad{command: cmd}, nil
+	case strings.HasPrefix(spec, "http://"), strings.HasPrefix(spec, "https://"):
+		u, err := url.Parse(spec)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("--load %q: not a URL with a host", spec)
+		}
+		if streams < 1 || streams > 64 {
+			return nil, fmt.Errorf("--streams %d: want 1 to 64", streams)
+		}
+		return &httpLoad{url: u.String(), streams: streams, client: &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DisableCompression:  true, // count the bytes the link carries
+			MaxIdleConnsPerHost: streams,
+			TLSHandshakeTimeout: 10 * time.Second,
+		}}}, nil
+	default:
+		return nil, fmt.Errorf("--load %q: want an http:// or https:// URL, or exec:COMMAND", spec)
+	}
+}
+
+// An httpLoad runs parallel downloads (GET) or uploads (POST) against one
+// URL, each restarted when it ends, until the step ends.
+type httpLoad struct {
+	url     string
+	streams int
+	client  *http.Client
+}
+
+// uploadChunk is how much one POST sends before the next starts.
+const uploadChunk = 1 << 30
+
+func (h *httpLoad) Load(ctx context.Context, d estimator.Direction, _ float64, _ time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, h.streams)
+	for range h.streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := h.once(ctx, d); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+// once runs one transfer to its end (or the step's).
+func (h *httpLoad) once(ctx context.Context, d estimator.Direction) error {
+	method, body := http.MethodGet, io.Reader(nil)
+	if d == estimator.Up {
+		method, body = http.MethodPost, io.LimitReader(zeros{}, uploadChunk)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.url, body)
+	if err != nil {
+		return err
+	}
+	if d == estimator.Up {
+		req.ContentLength = uploadChunk
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s", method, h.url, resp.Status)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// An execLoad runs a command through /bin/sh for each step (flent, iperf3,
+// a curl loop...) and stops it, with its whole process group, when the step
+// ends. The command learns the step from its environment.
+type execLoad struct{ command string }
+
+func (e execLoad) Load(ctx context.Context, d estimator.Direction, rateKbit float64, hold time.Duration) error {
+	cmd := exec.Command("/bin/sh", "-c", e.command)
+	cmd.Env = append(os.Environ(),
+		"AUTOSHAPE_SWEEP_DIRECTION="+d.String(),
+		fmt.Sprintf("AUTOSHAPE_SWEEP_RATE_KBIT=%.0f", rateKbit),
+		fmt.Sprintf("AUTOSHAPE_SWEEP_HOLD_S=%.0f", hold.Seconds()))
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%q: %w", e.command, err)
+		}
+		// Finished by itself: the load stops early, which the step's
+		// goodput shows; wait for the step to end.
+		<-ctx.Done()
+		return ctx.Err()
+	case <-ctx.Done():
+	}
+	pgid := cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
+	}
+	return ctx.Err()
+}
