@@ -411,7 +411,6 @@ func writeSweepTable(w io.Writer, rep sweepReport, p sweepPlan) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-
 // sweepLink sets the link's shaping up (or attaches to it), starts the
 // probes, runs the plan and then puts things back: what setup made is
 // removed; attached shapers get their rates back.
