@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/autoshape/autoshape/estimator"
 )
@@ -36,8 +39,10 @@ func parseLoad(spec string, streams int) (loadSource, error) {
 		if streams < 1 || streams > 64 {
 			return nil, fmt.Errorf("--streams %d: want 1 to 64", streams)
 		}
+		dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cubic}
 		return &httpLoad{url: u.String(), streams: streams, client: &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         dialer.DialContext,
 			DisableCompression:  true, // count the bytes the link carries
 			MaxIdleConnsPerHost: streams,
 			TLSHandshakeTimeout: 10 * time.Second,
@@ -45,6 +50,15 @@ func parseLoad(spec string, streams int) (loadSource, error) {
 	default:
 		return nil, fmt.Errorf("--load %q: want an http:// or https:// URL, or exec:COMMAND", spec)
 	}
+}
+
+// cubic asks for CUBIC congestion control on a load connection: home
+// traffic is mostly CUBIC, the kind that fills buffers, whatever the
+// router's own default. Where it is not allowed the default stays.
+func cubic(_, _ string, c syscall.RawConn) error {
+	return c.Control(func(fd uintptr) {
+		_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "cubic")
+	})
 }
 
 // An httpLoad runs parallel downloads (GET) or uploads (POST) against one

@@ -1,0 +1,137 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// serveLoadIn serves the sweep's http load endpoint inside the namespace
+// ns: GET streams zeros until the client goes, POST reads and discards. The
+// server's connections use CUBIC.
+func serveLoadIn(t *testing.T, ns, addr string) {
+	t.Helper()
+	ready := make(chan error, 1)
+	var ln net.Listener
+	go func() {
+		runtime.LockOSThread() // thrown away with the goroutine
+		h, err := netns.GetFromName(ns)
+		if err == nil {
+			err = netns.Set(h)
+			h.Close()
+		}
+		if err == nil {
+			lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+				return c.Control(func(fd uintptr) {
+					_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "cubic")
+				})
+			}}
+			ln, err = lc.Listen(t.Context(), "tcp", addr)
+		}
+		ready <- err
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("failed to listen in %s: %v", ns, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			io.Copy(io.Discard, r.Body)
+			return
+		}
+		buf := make([]byte, 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// TestSweepOnBloatedLine: behind an 8 Mbit/s bottleneck with half a second
+// of buffer, a download sweep finds the shaped steps within the budget and
+// the unshaped one far above it, recommends a shaped rate, and removes the
+// shaping it set up; the upload sweep's POST load reaches its shaped rate.
+func TestSweepOnBloatedLine(t *testing.T) {
+	l := newDaemonLab(t)
+	// The load's server sits one hop behind the reflectors' namespace, which
+	// forwards: a bottleneck on the sender's own interface would be kept
+	// short by TCP small queues, one on a forwarding hop fills like an ISP's.
+	server := l.reflector + "-s"
+	mustRun(t, "ip", "netns", "add", server)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", server).Run() })
+	mustRun(t, "ip", "-n", l.reflector, "link", "add", "sv0", "type", "veth", "peer", "name", "up0", "netns", server)
+	mustRun(t, "ip", "-n", l.reflector, "addr", "add", "10.80.0.1/24", "dev", "sv0")
+	mustRun(t, "ip", "-n", l.reflector, "link", "set", "sv0", "up")
+	mustRun(t, "ip", "-n", server, "addr", "add", "10.80.0.2/24", "dev", "up0")
+	mustRun(t, "ip", "-n", server, "link", "set", "up0", "up")
+	mustRun(t, "ip", "-n", server, "link", "set", "lo", "up")
+	mustRun(t, "ip", "-n", server, "route", "add", "default", "via", "10.80.0.1")
+	mustRun(t, "ip", "-n", l.router, "route", "add", "10.80.0.0/24", "via", "10.79.0.2")
+	mustRun(t, "ip", "netns", "exec", l.reflector, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	// No super-packets: a short shaper queue would drop 64 KB at a time.
+	mustRun(t, "ip", "-n", server, "link", "set", "dev", "up0", "gso_max_segs", "1")
+	mustRun(t, "ip", "-n", l.router, "link", "set", "dev", "wan0", "gso_max_segs", "1")
+	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "root", "handle", "1:", "htb", "default", "1")
+	mustRun(t, "tc", "-n", l.reflector, "class", "add", "dev", "rf0", "parent", "1:", "classid", "1:1", "htb", "rate", "8mbit")
+	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "parent", "1:1", "bfifo", "limit", "500000")
+	serveLoadIn(t, server, "10.80.0.2:8080")
+
+	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
+	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=sweep -c "+l.config+
+		" --direction both --line-rate-down 8mbit --line-rate-up 4mbit --from 0.5 --to 1 --step 0.5 --hold 4s"+
+		" --load http://10.80.0.2:8080/big --streams 4 --json --plot "+filepath.Join(l.dir, "sweep.png"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("sweep: %v; log:\n%s", err, tail(stderr.String(), 3000))
+	}
+	var rep sweepReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("sweep output: %v: %s", err, stdout.String())
+	}
+	t.Logf("%s", stdout.String())
+	if len(rep.Steps) != 6 {
+		t.Fatalf("%d steps, want 6 (two fractions and unshaped, per direction)", len(rep.Steps))
+	}
+	down, up := rep.Steps[:3], rep.Steps[3:]
+	if down[0].Direction != "down" || down[0].RateKbit != 4000 || down[2].RateKbit != 0 || up[0].Direction != "up" || up[0].RateKbit != 2000 {
+		t.Fatalf("steps out of order: %+v", rep.Steps)
+	}
+	if d := down[0].Delay.P95; d > 15 {
+		t.Errorf("download at half the bottleneck: p95 added delay %v ms, want within the 15 ms budget", d)
+	}
+	if d := down[2].Delay.P95; d < 50 {
+		t.Errorf("unshaped download into a 500 ms buffer: p95 added delay %v ms, want bloat", d)
+	}
+	if g := down[0].GoodputKbit; g < 2500 || g > 4300 {
+		t.Errorf("download goodput shaped at 4 Mbit/s: %v kbit/s", g)
+	}
+	if g := up[0].GoodputKbit; g < 1200 || g > 2200 {
+		t.Errorf("upload goodput shaped at 2 Mbit/s: %v kbit/s", g)
+	}
+	if r := rep.Recommendation; r.DownKbit < 4000 || r.DownKbit > 8000 || r.BudgetMs != 15 {
+		t.Errorf("recommendation %+v: want a shaped download rate and the 15 ms budget", r)
+	}
+	if fi, err := os.Stat(filepath.Join(l.dir, "sweep.png")); err != nil || fi.Size() == 0 {
+		t.Errorf("the sweep's figure: %v", err)
+	}
+	if out := l.classes("wan0") + l.classes("ifb4wan0"); strings.Contains(out, "htb") {
+		t.Errorf("the sweep left its shaping behind:\n%s", out)
+	}
+}
