@@ -385,14 +385,14 @@ func recommend(steps []sweepStep, budget time.Duration) sweepRecommendation {
 // configuration lines that use it.
 func writeSweepTable(w io.Writer, rep sweepReport, p sweepPlan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "dir\tfraction\trate\tgoodput\tp50 ms\tp95 ms\tp99 ms\tdrops\t")
+	fmt.Fprintln(tw, "dir\tfraction\trate kbit/s\tgoodput kbit/s\tp50 ms\tp95 ms\tp99 ms\tdrops\t")
 	for _, st := range rep.Steps {
-		frac, rate := fmt.Sprintf("%.3f", st.Fraction), actuator.FormatRate(st.RateKbit*1000)
+		frac, rate := fmt.Sprintf("%.3f", st.Fraction), fmt.Sprintf("%.0f", st.RateKbit)
 		if st.RateKbit == 0 {
 			frac, rate = "unshaped", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%d\t\n", st.Direction, frac, rate,
-			actuator.FormatRate(st.GoodputKbit*1000), st.Delay.P50, st.Delay.P95, st.Delay.P99, st.Drops)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t\n", st.Direction, frac, rate,
+			st.GoodputKbit, st.Delay.P50, st.Delay.P95, st.Delay.P99, st.Drops)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nrecommendation: the highest rate whose p95 added delay is within %.0f ms\n", rep.Recommendation.BudgetMs)
