@@ -1,0 +1,116 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/autoshape/autoshape/sim"
+)
+
+// FollowEvery is how often a bottleneck's rate follows its capacity trace.
+const FollowEvery = 50 * time.Millisecond
+
+// BottleneckOptions shape one direction of the emulated line.
+type BottleneckOptions struct {
+	// Buffer is the depth of the line's queue in time at the nominal rate
+	// (the capacity's mean over its default duration); 500 ms when zero.
+	Buffer time.Duration
+	// ATM pads each packet plus Overhead to whole 48-byte cells of 53.
+	ATM bool
+	// Overhead is added to each packet's size, in bytes.
+	Overhead int
+}
+
+// A Bottleneck is one direction of the emulated line: an HTB class whose
+// rate follows a capacity (a schedule or a Mahimahi trace) over a deep bfifo,
+// on an isp interface's egress.
+type Bottleneck struct {
+	ns, dev  string
+	capacity *sim.Trace
+	opt      BottleneckOptions
+	rate     uint64 // bit/s now held
+}
+
+// NewBottleneck creates the bottleneck on dev in the namespace ns at the
+// capacity's starting rate.
+func NewBottleneck(ns, dev string, capacity *sim.Trace, opt BottleneckOptions) (*Bottleneck, error) {
+	if capacity == nil {
+		return nil, errors.New("a bottleneck needs a capacity")
+	}
+	if opt.Buffer == 0 {
+		opt.Buffer = 500 * time.Millisecond
+	}
+	if opt.Buffer < 0 || opt.Overhead < -64 || opt.Overhead > 256 {
+		return nil, fmt.Errorf("bottleneck options %+v: want a positive buffer and an overhead in [-64, 256]", opt)
+	}
+	nominal := capacity.MeanRate(capacity.DefaultDuration())
+	limit := max(int64(nominal*opt.Buffer.Seconds()/8), 2*1514)
+	b := &Bottleneck{ns: ns, dev: dev, capacity: capacity, opt: opt, rate: b0(capacity)}
+	if err := run("tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"); err != nil {
+		return nil, err
+	}
+	if err := run("tc", b.classArgs("add", b.rate)...); err != nil {
+		return nil, err
+	}
+	if err := run("tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit", strconv.FormatInt(limit, 10)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// b0 is a capacity's rate over its first FollowEvery, at least 8 kbit/s
+// (HTB holds no zero rate; a trace's silent stretch delivers close to none).
+func b0(c *sim.Trace) uint64 { return rateAt(c, 0) }
+
+func rateAt(c *sim.Trace, at time.Duration) uint64 {
+	r := c.RateAt(at.Milliseconds(), FollowEvery.Milliseconds())
+	return uint64(max(math.Round(r), 8000))
+}
+
+func (b *Bottleneck) classArgs(verb string, bps uint64) []string {
+	args := []string{"-n", b.ns, "class", verb, "dev", b.dev, "parent", "1:", "classid", "1:1", "htb",
+		"rate", strconv.FormatUint(bps, 10) + "bit"}
+	if b.opt.ATM {
+		args = append(args, "linklayer", "atm")
+	}
+	if b.opt.Overhead != 0 {
+		args = append(args, "overhead", strconv.Itoa(b.opt.Overhead))
+	}
+	return args
+}
+
+// Rate is the rate the bottleneck holds now, in bit/s.
+func (b *Bottleneck) Rate() uint64 { return b.rate }
+
+// SetRate changes the bottleneck's rate; the queue keeps its depth.
+func (b *Bottleneck) SetRate(bps uint64) error {
+	if bps == b.rate {
+		return nil
+	}
+	if err := run("tc", b.classArgs("change", bps)...); err != nil {
+		return err
+	}
+	b.rate = bps
+	return nil
+}
+
+// Follow moves the rate along the capacity every FollowEvery from start
+// until ctx ends.
+func (b *Bottleneck) Follow(ctx context.Context, start time.Time) error {
+	tick := time.NewTicker(FollowEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-tick.C:
+			if err := b.SetRate(rateAt(b.capacity, now.Sub(start))); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,184 @@
+// Package lab is the namespace testbed: real packets through the real
+// kernel over an emulated bloated link. Four network namespaces in a row,
+//
+//	cli ── rtr ── isp ── srv
+//
+// cli is the home network's host, rtr the router autoshape runs on (its WAN
+// interface faces isp), isp holds the bottleneck of each direction (HTB with
+// a deep bfifo on its egress towards rtr for the download, towards srv for
+// the upload: a forwarding hop, so that TCP small queues of the senders do
+// not keep the queue short as they would on a sender's own interface), and
+// srv holds the reflector addresses and the load endpoints.
+//
+// The lab sets its namespaces up with iproute2 (it is a test instrument;
+// the product itself never runs ip or tc) and needs root.
+package lab
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// DefaultPrefix starts the names of the lab's namespaces.
+const DefaultPrefix = "aslab-"
+
+// Interface names inside the namespaces.
+const (
+	CliLAN  = "lan0" // cli's side of cli–rtr
+	RtrLAN  = "lan1" // rtr's side of cli–rtr
+	RtrWAN  = "wan0" // rtr's WAN: what autoshape shapes
+	ISPDown = "dn0"  // isp's side of rtr–isp: the download bottleneck's egress
+	ISPUp   = "up0"  // isp's side of isp–srv: the upload bottleneck's egress
+	SrvNet  = "net0" // srv's side of isp–srv
+)
+
+// Reflectors is how many reflector addresses srv holds.
+const Reflectors = 6
+
+// A Topology is a built lab: its namespaces and addresses.
+type Topology struct {
+	Prefix             string
+	Cli, Rtr, ISP, Srv string // namespace names
+
+	CliAddr, RtrLANAddr netip.Addr
+	RtrWANAddr, ISPAddr netip.Addr
+	SrvAddr             netip.Addr // srv's address for the load endpoints
+	ReflectorAddrs      []netip.Addr
+}
+
+// Build creates the namespaces under prefix (removing any a crashed run
+// left with the same prefix), wires them and turns forwarding on in rtr and
+// isp. On error nothing is left behind.
+func Build(prefix string) (t *Topology, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab needs root: it creates network namespaces")
+	}
+	if prefix == "" || strings.ContainsAny(prefix, "/ \t") || len(prefix) > 8 {
+		return nil, fmt.Errorf("lab prefix %q: want 1 to 8 characters, no spaces or slashes", prefix)
+	}
+	if _, err := RemoveStale(prefix); err != nil {
+		return nil, err
+	}
+	t = &Topology{Prefix: prefix, Cli: prefix + "cli", Rtr: prefix + "rtr", ISP: prefix + "isp", Srv: prefix + "srv",
+		CliAddr: netip.MustParseAddr("10.91.1.2"), RtrLANAddr: netip.MustParseAddr("10.91.1.1"),
+		RtrWANAddr: netip.MustParseAddr("10.91.2.1"), ISPAddr: netip.MustParseAddr("10.91.2.2"),
+		SrvAddr: netip.MustParseAddr("10.91.3.2")}
+	for i := range Reflectors {
+		t.ReflectorAddrs = append(t.ReflectorAddrs, netip.AddrFrom4([4]byte{10, 91, 4, byte(i + 1)}))
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+			t = nil
+		}
+	}()
+	for _, ns := range t.Namespaces() {
+		if err := ipRun("netns", "add", ns); err != nil {
+			return t, err
+		}
+		if err := ipRun("-n", ns, "link", "set", "lo", "up"); err != nil {
+			return t, err
+		}
+	}
+	steps := [][]string{
+		{"-n", t.Cli, "link", "add", CliLAN, "type", "veth", "peer", "name", RtrLAN, "netns", t.Rtr},
+		{"-n", t.Rtr, "link", "add", RtrWAN, "type", "veth", "peer", "name", ISPDown, "netns", t.ISP},
+		{"-n", t.ISP, "link", "add", ISPUp, "type", "veth", "peer", "name", SrvNet, "netns", t.Srv},
+		{"-n", t.Cli, "addr", "add", "10.91.1.2/24", "dev", CliLAN},
+		{"-n", t.Rtr, "addr", "add", "10.91.1.1/24", "dev", RtrLAN},
+		{"-n", t.Rtr, "addr", "add", "10.91.2.1/24", "dev", RtrWAN},
+		{"-n", t.ISP, "addr", "add", "10.91.2.2/24", "dev", ISPDown},
+		{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
+		{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
+	}
+	for _, a := range t.ReflectorAddrs {
+		steps = append(steps, []string{"-n", t.Srv, "addr", "add", a.String() + "/32", "dev", "lo"})
+	}
+	// No super-packets on any lab interface: a short shaper queue would drop
+	// 64 KB at a time (veth does no GRO unless asked to).
+	for _, l := range [][2]string{{t.Cli, CliLAN}, {t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}, {t.Srv, SrvNet}} {
+		steps = append(steps, []string{"-n", l[0], "link", "set", "dev", l[1], "gso_max_segs", "1", "up"})
+	}
+	steps = append(steps,
+		[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
+		[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
+		[]string{"-n", t.ISP, "route", "add", "10.91.1.0/24", "via", "10.91.2.1"},
+		[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
+		[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
+	)
+	for _, s := range steps {
+		if err := ipRun(s...); err != nil {
+			return t, err
+		}
+	}
+	for _, ns := range []string{t.Rtr, t.ISP} {
+		if err := nsRun(ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// Namespaces lists the lab's namespaces.
+func (t *Topology) Namespaces() []string { return []string{t.Cli, t.Rtr, t.ISP, t.Srv} }
+
+// Close deletes the namespaces (and with them every veth and qdisc in them).
+func (t *Topology) Close() error {
+	var errs []error
+	for _, ns := range t.Namespaces() {
+		if exists(ns) {
+			if err := ipRun("netns", "del", ns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveStale deletes every namespace whose name starts with prefix (what a
+// crashed run left) and returns their names.
+func RemoveStale(prefix string) ([]string, error) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip netns list: %w", err)
+	}
+	var removed []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], prefix) {
+			continue
+		}
+		if err := ipRun("netns", "del", f[0]); err != nil {
+			return removed, err
+		}
+		removed = append(removed, f[0])
+	}
+	return removed, nil
+}
+
+func exists(ns string) bool {
+	_, err := os.Stat("/run/netns/" + ns)
+	return err == nil
+}
+
+func ipRun(args ...string) error { return run("ip", args...) }
+
+// nsRun runs a command inside the namespace ns.
+func nsRun(ns, name string, args ...string) error {
+	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+func run(name string, args ...string) error {
+	var stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
