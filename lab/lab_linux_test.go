@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +174,69 @@ func TestBottleneckFollowsSchedule(t *testing.T) {
 	if !strings.Contains(string(out), "rate 2Mbit") || !strings.Contains(string(out), "overhead 44") || !strings.Contains(string(out), "linklayer atm") {
 		t.Errorf("the kernel holds:\n%s", out)
 	}
+}
+
+// TestLoadBloatsAndProbeSeesIt: idle, the independent probe sees well under
+// a millisecond each way; under four CUBIC downloads into a 500 ms buffer,
+// the download delay grows to hundreds of milliseconds while the upload's
+// stays small, and the receivers count the bottleneck's rate.
+func TestLoadBloatsAndProbeSeesIt(t *testing.T) {
+	top := buildLab(t)
+	down, _ := sim.ParseSchedule("8mbit")
+	up, _ := sim.ParseSchedule("4mbit")
+	if _, err := NewBottleneck(top.ISP, ISPDown, down, BottleneckOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewBottleneck(top.ISP, ISPUp, up, BottleneckOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartProbe(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	idle := len(p.Samples())
+	load, err := StartLoad(top, true, 4, "")
+	if err != nil {
+		p.Stop()
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	from := load.Received()
+	time.Sleep(3 * time.Second)
+	goodput := float64(load.Received()-from) * 8 / 3
+	if err := load.Stop(); err != nil {
+		t.Errorf("load: %v", err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Errorf("probe: %v", err)
+	}
+	s := p.Samples()
+	if idle < 15 || len(s) < 80 {
+		t.Fatalf("%d probe samples idle, %d in all: want about 20 a second", idle, len(s))
+	}
+	med := func(s []ProbeSample, down bool) time.Duration {
+		var v []time.Duration
+		for _, x := range s {
+			if !x.Lost {
+				v = append(v, map[bool]time.Duration{true: x.Down, false: x.Up}[down])
+			}
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	if d := med(s[:idle], true); d > 5*time.Millisecond {
+		t.Errorf("idle download delay %v", d)
+	}
+	loaded := s[idle+30:]
+	if d := med(loaded, true); d < 100*time.Millisecond {
+		t.Errorf("download delay under load %v, want hundreds of ms", d)
+	}
+	if d := med(loaded, false); d > 10*time.Millisecond {
+		t.Errorf("upload delay while only downloading %v", d)
+	}
+	if goodput < 6.5e6 || goodput > 8.5e6 {
+		t.Errorf("download goodput %.2f Mbit/s through an 8 Mbit/s bottleneck", goodput/1e6)
+	}
+	t.Logf("goodput %.2f Mbit/s, loaded delay down %v up %v", goodput/1e6, med(loaded, true), med(loaded, false))
 }
