@@ -462,22 +462,9 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		if rateN[d] > 0 {
 			r.MeanRateMbps = rateSum[d] / float64(rateN[d]) / 1e6
 		}
-		r.Delay, r.OverBudget = delayStats(scores[d], ms(cfg.Budget))
 		r.Series = series[d]
-		if traces[d].IsSchedule() && (scheme.Policy != nil || scheme.Oracle > 0) {
-			for _, drop := range traces[d].Drops() {
-				if drop.Milliseconds() >= dur {
-					continue
-				}
-				react, worst := reaction(scores[d], drop, nextChange(traces[d], drop, cfg.Duration), ms(cfg.Budget))
-				r.Reactions = append(r.Reactions, round3(react))
-				r.WorstDelayMs = append(r.WorstDelayMs, round3(worst))
-			}
-			if len(r.Reactions) > 0 {
-				worst := slices.Max(r.Reactions)
-				r.ReactionS = &worst
-			}
-		}
+		ScoreDelays(&r, scores[d], scoreEvery*time.Millisecond, traces[d], cfg.Budget, cfg.Duration,
+			scheme.Policy != nil || scheme.Oracle > 0)
 		out = append(out, roundResult(r))
 	}
 	return out, nil
@@ -557,6 +544,30 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
+// ScoreDelays fills r's delay percentiles and over-budget fraction from an
+// independent probe's added delays in ms, one per every, and, when
+// reactions is set and the capacity is a schedule, the reaction to each of
+// its drops before dur (see Result.ReactionS). The simulator and the lab
+// score alike through it.
+func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Trace, budget, dur time.Duration, reactions bool) {
+	r.Delay, r.OverBudget = delayStats(delays, ms(budget))
+	if !reactions || capacity == nil || !capacity.IsSchedule() {
+		return
+	}
+	for _, drop := range capacity.Drops() {
+		if drop >= dur {
+			continue
+		}
+		react, worst := reaction(delays, every, drop, nextChange(capacity, drop, dur), ms(budget))
+		r.Reactions = append(r.Reactions, round3(react))
+		r.WorstDelayMs = append(r.WorstDelayMs, round3(worst))
+	}
+	if len(r.Reactions) > 0 {
+		worst := slices.Max(r.Reactions)
+		r.ReactionS = &worst
+	}
+}
+
 func delayStats(s []float32, budget float64) (Delay, float64) {
 	if len(s) == 0 {
 		return Delay{}, 0
@@ -573,10 +584,11 @@ func delayStats(s []float32, budget float64) (Delay, float64) {
 
 // reaction measures, for a drop at drop, how long until the added delay is
 // under budget and stays there for 2 s, and the worst delay before end.
-func reaction(s []float32, drop, end time.Duration, budget float64) (react, worst float64) {
-	from := int(drop.Milliseconds() / scoreEvery)
-	to := min(int(end.Milliseconds()/scoreEvery), len(s))
-	hold := 2000 / scoreEvery
+func reaction(s []float32, every, drop, end time.Duration, budget float64) (react, worst float64) {
+	step := every.Milliseconds()
+	from := int(drop.Milliseconds() / step)
+	to := min(int(end.Milliseconds()/step), len(s))
+	hold := int(2000 / step)
 	okFrom := -1
 	for i := from; i < to; i++ {
 		worst = math.Max(worst, float64(s[i]))
@@ -588,7 +600,7 @@ func reaction(s []float32, drop, end time.Duration, budget float64) (react, wors
 			okFrom = i
 		}
 		if i-okFrom+1 >= hold && react == 0 && okFrom >= 0 {
-			react = float64((okFrom-from)*scoreEvery) / 1000
+			react = float64(int64(okFrom-from)*step) / 1000
 			if okFrom == from {
 				react = 0
 			}
@@ -599,7 +611,7 @@ func reaction(s []float32, drop, end time.Duration, budget float64) (react, wors
 		}
 	}
 	if okFrom != -3 && react == 0 && !(to-from >= hold && allUnder(s[from:min(from+hold, to)], budget)) {
-		react = float64((to-from)*scoreEvery) / 1000
+		react = float64(int64(to-from)*step) / 1000
 	}
 	return react, worst
 }
