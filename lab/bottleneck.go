@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/autoshape/autoshape/sim"
@@ -32,7 +33,7 @@ type Bottleneck struct {
 	ns, dev  string
 	capacity *sim.Trace
 	opt      BottleneckOptions
-	rate     uint64 // bit/s now held
+	rate     atomic.Uint64 // bit/s now held
 }
 
 // NewBottleneck creates the bottleneck on dev in the namespace ns at the
@@ -49,11 +50,12 @@ func NewBottleneck(ns, dev string, capacity *sim.Trace, opt BottleneckOptions) (
 	}
 	nominal := capacity.MeanRate(capacity.DefaultDuration())
 	limit := max(int64(nominal*opt.Buffer.Seconds()/8), 2*1514)
-	b := &Bottleneck{ns: ns, dev: dev, capacity: capacity, opt: opt, rate: b0(capacity)}
+	b := &Bottleneck{ns: ns, dev: dev, capacity: capacity, opt: opt}
+	b.rate.Store(b0(capacity))
 	if err := run("tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"); err != nil {
 		return nil, err
 	}
-	if err := run("tc", b.classArgs("add", b.rate)...); err != nil {
+	if err := run("tc", b.classArgs("add", b.rate.Load())...); err != nil {
 		return nil, err
 	}
 	if err := run("tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit", strconv.FormatInt(limit, 10)); err != nil {
@@ -84,17 +86,17 @@ func (b *Bottleneck) classArgs(verb string, bps uint64) []string {
 }
 
 // Rate is the rate the bottleneck holds now, in bit/s.
-func (b *Bottleneck) Rate() uint64 { return b.rate }
+func (b *Bottleneck) Rate() uint64 { return b.rate.Load() }
 
 // SetRate changes the bottleneck's rate; the queue keeps its depth.
 func (b *Bottleneck) SetRate(bps uint64) error {
-	if bps == b.rate {
+	if bps == b.rate.Load() {
 		return nil
 	}
 	if err := run("tc", b.classArgs("change", bps)...); err != nil {
 		return err
 	}
-	b.rate = bps
+	b.rate.Store(bps)
 	return nil
 }
 

@@ -1,0 +1,498 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/sim"
+)
+
+// A Scheme is what shapes rtr's WAN during a run.
+type Scheme struct {
+	Name string
+	// Fraction of the nominal rate, for static:FRACTION.
+	Fraction float64
+	// Config is the autoshape scheme's configuration file ("" generates
+	// one from the capacities).
+	Config string
+}
+
+// ParseScheme reads unshaped, static:FRACTION or autoshape[:CONFIG].
+func ParseScheme(s string) (Scheme, error) {
+	name, arg, _ := strings.Cut(s, ":")
+	switch name {
+	case "unshaped":
+		if arg != "" {
+			return Scheme{}, fmt.Errorf("scheme %q: unshaped takes no argument", s)
+		}
+		return Scheme{Name: s}, nil
+	case "static":
+		f, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(f > 0 && f <= 2) {
+			return Scheme{}, fmt.Errorf("scheme %q: want static:FRACTION with a fraction in (0, 2]", s)
+		}
+		return Scheme{Name: s, Fraction: f}, nil
+	case "autoshape":
+		return Scheme{Name: "autoshape", Config: arg}, nil
+	}
+	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION or autoshape[:CONFIG]", s)
+}
+
+// RunConfig is one run of a scenario.
+type RunConfig struct {
+	// Capacity per direction (by estimator.Direction); a direction without
+	// one is neither limited nor loaded.
+	Capacity   [2]*sim.Trace
+	Bottleneck BottleneckOptions
+	Duration   time.Duration
+	Budget     time.Duration
+	// Streams is the number of TCP streams per loaded direction (default 4).
+	Streams int
+	// CC is the load's congestion control (default cubic).
+	CC string
+	// Autoshape is the autoshape binary for the autoshape scheme.
+	Autoshape string
+	// Warmup is how long the scheme runs before the load starts (default 3 s).
+	Warmup time.Duration
+}
+
+// Run runs one scheme on the built topology: bottlenecks following the
+// capacities, the scheme on rtr, the load and the independent probe. It
+// returns one result per loaded direction, in the simulator's shape, with
+// 100 ms series.
+func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (results []sim.Result, err error) {
+	if cfg.Streams == 0 {
+		cfg.Streams = 4
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = 3 * time.Second
+	}
+	if cfg.Duration <= 0 || cfg.Budget <= 0 {
+		return nil, errors.New("a run needs a duration and a budget")
+	}
+	var necks [2]*Bottleneck
+	devs := [2]string{estimator.Down: ISPDown, estimator.Up: ISPUp}
+	for _, d := range estimator.Directions {
+		if cfg.Capacity[d] == nil {
+			continue
+		}
+		if necks[d], err = NewBottleneck(top.ISP, devs[d], cfg.Capacity[d], cfg.Bottleneck); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		for _, d := range estimator.Directions {
+			if necks[d] != nil {
+				run("tc", "-n", top.ISP, "qdisc", "del", "dev", devs[d], "root")
+			}
+		}
+	}()
+
+	sh, err := startScheme(top, cfg, scheme)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if serr := sh.stop(); err == nil && serr != nil {
+			err = serr
+		}
+	}()
+
+	probe, err := StartProbe(top)
+	if err != nil {
+		return nil, err
+	}
+	defer probe.Stop()
+	// The empty line's delay: the baseline the added delay is measured from.
+	if err := sleep(ctx, min(cfg.Warmup, time.Second)); err != nil {
+		return nil, err
+	}
+	base := baselines(probe.Samples())
+	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second)); err != nil {
+		return nil, err
+	}
+
+	var loads [2]*Load
+	for _, d := range estimator.Directions {
+		if necks[d] == nil {
+			continue
+		}
+		if loads[d], err = StartLoad(top, d == estimator.Down, cfg.Streams, cfg.CC); err != nil {
+			return nil, err
+		}
+		defer loads[d].Stop()
+	}
+	start := time.Now()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followErr := make(chan error, 2)
+	for _, d := range estimator.Directions {
+		if necks[d] != nil {
+			go func() { followErr <- necks[d].Follow(fctx, start) }()
+		}
+	}
+
+	var series [2]sim.Series
+	var received [2]int64
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for end := start.Add(cfg.Duration); ; {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-followErr:
+			if err != nil {
+				return nil, fmt.Errorf("bottleneck: %w", err)
+			}
+		case now := <-tick.C:
+			t := now.Sub(start).Seconds()
+			for _, d := range estimator.Directions {
+				if loads[d] == nil {
+					continue
+				}
+				n := loads[d].Received()
+				s := &series[d]
+				s.T = append(s.T, round3(t))
+				s.Goodput = append(s.Goodput, round3(float64(n-received[d])*8/0.1/1e6))
+				ms := int64(math.Round(t*1000)) - 100
+				s.Capacity = append(s.Capacity, round3(cfg.Capacity[d].RateAt(max(ms, 0), 100)/1e6))
+				received[d] = n
+			}
+			if now.After(end) {
+				cancel()
+				return score(cfg, scheme, sh, start, series, received, probe.Samples(), base), nil
+			}
+		}
+	}
+}
+
+// baselines is the least delay each way of the samples so far.
+func baselines(s []ProbeSample) [2]time.Duration {
+	b := [2]time.Duration{time.Hour, time.Hour}
+	for _, x := range s {
+		if !x.Lost {
+			b[estimator.Down] = min(b[estimator.Down], x.Down)
+			b[estimator.Up] = min(b[estimator.Up], x.Up)
+		}
+	}
+	for d := range b {
+		if b[d] == time.Hour {
+			b[d] = 0
+		}
+	}
+	return b
+}
+
+// score turns a run's measurements into results.
+func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, series [2]sim.Series, received [2]int64, probes []ProbeSample, base [2]time.Duration) []sim.Result {
+	var out []sim.Result
+	rates := sh.rates(start)
+	for _, d := range estimator.Directions {
+		s := series[d]
+		if len(s.T) == 0 {
+			continue
+		}
+		dur := time.Duration(s.T[len(s.T)-1] * float64(time.Second))
+		var delays []float32 // one per probe interval, lost probes excluded
+		bins := make([][]float64, len(s.T))
+		for _, p := range probes {
+			if p.Lost || p.Sent.Before(start) {
+				continue
+			}
+			v := p.Down - base[d]
+			if d == estimator.Up {
+				v = p.Up - base[d]
+			}
+			added := math.Max(float64(v)/1e6, 0)
+			delays = append(delays, float32(added))
+			if i := int(p.Sent.Sub(start) / (100 * time.Millisecond)); i < len(bins) {
+				bins[i] = append(bins[i], added)
+			}
+		}
+		capBits, good := 0.0, 0.0
+		for i := range s.T {
+			capBits += s.Capacity[i] * 0.1
+			good += s.Goodput[i] * 0.1
+			mean := 0.0
+			for _, v := range bins[i] {
+				mean += v / float64(len(bins[i]))
+			}
+			s.Delay = append(s.Delay, round3(mean))
+			s.Rate = append(s.Rate, round3(rates[d](time.Duration(s.T[i]*float64(time.Second)))/1e6))
+		}
+		r := sim.Result{Scheme: scheme.Name, Direction: d.String(), CapacityMbps: round3(capBits / dur.Seconds()),
+			GoodputMbps: round3(good / dur.Seconds())}
+		if capBits > 0 {
+			r.Utilization = round3(good / capBits)
+		}
+		var rateSum float64
+		for _, v := range s.Rate {
+			rateSum += v
+		}
+		r.MeanRateMbps = round3(rateSum / float64(len(s.Rate)))
+		r.RateChanges = sh.changes(d)
+		r.Series = &s
+		sim.ScoreDelays(&r, delays, time.Second/ProbeHz, cfg.Capacity[d], cfg.Budget, dur, scheme.Name != "unshaped")
+		r.Delay = sim.Delay{P50: round3(r.Delay.P50), P95: round3(r.Delay.P95), P99: round3(r.Delay.P99)}
+		r.OverBudget = round3(r.OverBudget)
+		out = append(out, r)
+	}
+	return out
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// A schemeRunner is a scheme in progress on rtr.
+type schemeRunner interface {
+	// rates gives per direction the shaper's rate in bit/s at a time since
+	// start (0 when unshaped).
+	rates(start time.Time) [2]func(time.Duration) float64
+	changes(d estimator.Direction) int
+	stop() error
+}
+
+func startScheme(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
+	switch {
+	case s.Name == "unshaped":
+		return fixedScheme{}, nil
+	case s.Fraction > 0:
+		return startStatic(top, cfg, s.Fraction)
+	default:
+		return startDaemon(top, cfg, s)
+	}
+}
+
+// nominal is a capacity's mean over its default duration.
+func nominal(t *sim.Trace) float64 {
+	if t == nil {
+		return 0
+	}
+	return t.MeanRate(t.DefaultDuration())
+}
+
+// fixedScheme is unshaped, or static with its link.
+type fixedScheme struct {
+	rate [2]float64
+	link *actuator.Link
+}
+
+func (f fixedScheme) rates(time.Time) [2]func(time.Duration) float64 {
+	var out [2]func(time.Duration) float64
+	for d := range out {
+		out[d] = func(time.Duration) float64 { return f.rate[d] }
+	}
+	return out
+}
+
+func (fixedScheme) changes(estimator.Direction) int { return 0 }
+
+func (f fixedScheme) stop() error {
+	if f.link == nil {
+		return nil
+	}
+	defer f.link.Close()
+	return f.link.Remove()
+}
+
+// startStatic shapes rtr's WAN with HTB at a fraction of each direction's
+// nominal rate, through autoshape's own actuator.
+func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, error) {
+	h, err := netns.GetFromName(top.Rtr)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	f := fixedScheme{}
+	const unlimited = 10e9
+	for _, d := range estimator.Directions {
+		f.rate[d] = math.Round(nominal(cfg.Capacity[d]) * fraction)
+		if f.rate[d] == 0 {
+			f.rate[d] = unlimited
+		}
+	}
+	f.link, err = actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: actuator.HTB, NetNS: int(h),
+		Down: uint64(f.rate[estimator.Down]), Up: uint64(f.rate[estimator.Up])})
+	if err != nil {
+		return nil, err
+	}
+	for d := range f.rate {
+		if f.rate[d] == unlimited {
+			f.rate[d] = 0
+		}
+	}
+	return f, nil
+}
+
+// daemonScheme is the autoshape daemon running in rtr.
+type daemonScheme struct {
+	cmd       *exec.Cmd
+	dir       string
+	decisions []controller.Record
+	bounds    [2]float64 // base rates, where the daemon starts
+}
+
+// startDaemon runs `autoshape run` in rtr with the given configuration, or
+// one made from the capacities: HTB, the budget, srv's reflectors, bounds as
+// the simulator derives them.
+func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
+	if cfg.Autoshape == "" {
+		return nil, errors.New("the autoshape scheme needs the autoshape binary")
+	}
+	dir, err := os.MkdirTemp("", "linklab-")
+	if err != nil {
+		return nil, err
+	}
+	ds := &daemonScheme{dir: dir}
+	conf := s.Config
+	if conf == "" {
+		conf = filepath.Join(dir, "autoshape.toml")
+		var refl []string
+		for _, a := range top.ReflectorAddrs {
+			refl = append(refl, strconv.Quote(a.String()))
+		}
+		text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
+			"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = \"htb\"\nbudget = %q\n",
+			filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, cfg.Budget.String())
+		for _, d := range estimator.Directions {
+			section := map[estimator.Direction]string{estimator.Down: "download", estimator.Up: "upload"}[d]
+			var b policies.Bounds
+			if cfg.Capacity[d] == nil {
+				b.Min, b.Base, b.Max = 1e6, 1e9, 1e9
+			} else {
+				b = sim.DefaultBounds(cfg.Capacity[d], cfg.Duration)
+			}
+			ds.bounds[d] = b.Base
+			text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
+		}
+		text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = 20\n", strings.Join(refl, ", "), Reflectors)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	ds.cmd = exec.Command("ip", "netns", "exec", top.Rtr, cfg.Autoshape, "run", "-c", conf)
+	log, err := os.Create(filepath.Join(dir, "daemon.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer log.Close()
+	ds.cmd.Stdout, ds.cmd.Stderr = log, log
+	if err := ds.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return ds, nil
+}
+
+func (ds *daemonScheme) stop() error {
+	defer os.RemoveAll(ds.dir)
+	ds.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- ds.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		ds.cmd.Process.Kill()
+		err = <-done
+		if err == nil {
+			err = errors.New("the daemon did not stop on SIGTERM")
+		}
+	}
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(ds.dir, "daemon.log"))
+		return fmt.Errorf("autoshape: %v: %s", err, tailString(string(b), 2000))
+	}
+	return nil
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// readDecisions loads the daemon's decision file once.
+func (ds *daemonScheme) readDecisions() {
+	if ds.decisions != nil {
+		return
+	}
+	ds.decisions = []controller.Record{}
+	f, err := os.Open(filepath.Join(ds.dir, "decisions.jsonl"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r controller.Record
+		if json.Unmarshal(sc.Bytes(), &r) == nil {
+			ds.decisions = append(ds.decisions, r)
+		}
+	}
+}
+
+func (ds *daemonScheme) rates(start time.Time) [2]func(time.Duration) float64 {
+	ds.readDecisions()
+	var out [2]func(time.Duration) float64
+	for _, d := range estimator.Directions {
+		var times []time.Duration
+		var rates []float64
+		for _, r := range ds.decisions {
+			if r.Dir == d.String() {
+				times = append(times, r.Time.Sub(start))
+				rates = append(rates, r.RateKbit*1000)
+			}
+		}
+		base := ds.bounds[d]
+		out[d] = func(t time.Duration) float64 {
+			i, _ := slices.BinarySearch(times, t+1)
+			if i == 0 {
+				return base
+			}
+			return rates[i-1]
+		}
+	}
+	return out
+}
+
+func (ds *daemonScheme) changes(d estimator.Direction) int {
+	ds.readDecisions()
+	n := 0
+	for _, r := range ds.decisions {
+		if r.Dir == d.String() && r.Reason != "start" {
+			n++
+		}
+	}
+	return n
+}
