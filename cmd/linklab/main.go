@@ -1,0 +1,230 @@
+// Command linklab runs schemes over an emulated bloated line in network
+// namespaces: real packets through the real kernel (needs root).
+//
+//	linklab run --scenario step|dsl|lte [--trace-down FILE] [--trace-up FILE]
+//	            --scheme SCHEME [--scheme SCHEME ...] [--duration D] [--budget B] [--json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/sim"
+)
+
+const usage = `usage: linklab run --scenario step|dsl|lte --scheme SCHEME [--scheme SCHEME ...] [flags]
+
+schemes: unshaped, static:FRACTION (HTB in rtr at a fraction of the mean
+capacity), autoshape[:CONFIG] (the daemon in rtr; by default HTB, srv's
+reflectors and bounds derived from the capacities)
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+type usageError struct{ error }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "run" {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	err := runCmd(args[1:], stdout, stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "linklab: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type schemeList []string
+
+func (s *schemeList) String() string     { return strings.Join(*s, ",") }
+func (s *schemeList) Set(v string) error { *s = append(*s, v); return nil }
+
+// A scenario is a line to emulate.
+type scenario struct {
+	down, up   string // capacities: schedules, trace files or embedded traces
+	bottleneck lab.BottleneckOptions
+	duration   time.Duration
+}
+
+var scenarios = map[string]scenario{
+	// ADSL2+ as in the classic manual sweep: ATM cells, 44 bytes of overhead.
+	"dsl":  {down: "17613kbit", up: "2604kbit", bottleneck: lab.BottleneckOptions{ATM: true, Overhead: 44}, duration: 60 * time.Second},
+	"step": {down: "40mbit@0s,10mbit@30s,40mbit@60s", duration: 90 * time.Second},
+	"lte":  {down: sim.EmbeddedDownName, up: sim.EmbeddedUpName, duration: 120 * time.Second},
+}
+
+// Report is `linklab run --json`: the shape of `autoshape simulate --json`.
+type Report struct {
+	TraceDown string       `json:"trace_down"`
+	TraceUp   string       `json:"trace_up"`
+	DurationS float64      `json:"duration_s"`
+	BudgetMs  float64      `json:"budget_ms"`
+	Seed      uint64       `json:"seed"`
+	Results   []sim.Result `json:"results"`
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("scenario", "step", "dsl, step or lte")
+	traceDown := fs.String("trace-down", "", "download capacity: a Mahimahi trace or a schedule (overrides the scenario's)")
+	traceUp := fs.String("trace-up", "", "upload capacity: a Mahimahi trace or a schedule (overrides the scenario's)")
+	var schemes schemeList
+	fs.Var(&schemes, "scheme", "a scheme to run (repeatable; they run one after another)")
+	duration := fs.Duration("duration", 0, "loaded time per scheme (default: the scenario's)")
+	budget := fs.Duration("budget", 15*time.Millisecond, "latency budget")
+	streams := fs.Int("streams", 4, "TCP streams per loaded direction")
+	cc := fs.String("cc", "cubic", "the load's TCP congestion control")
+	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
+	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	sc, ok := scenarios[*name]
+	if !ok {
+		return usageError{fmt.Errorf("--scenario %q: want dsl, step or lte", *name)}
+	}
+	if *traceDown != "" {
+		sc.down = *traceDown
+	}
+	if *traceUp != "" {
+		sc.up = *traceUp
+	}
+	if *duration > 0 {
+		sc.duration = *duration
+	}
+	if sc.duration < 5*time.Second || *budget <= 0 || *streams < 1 {
+		return usageError{fmt.Errorf("want --duration of 5s or more, a positive --budget and --streams")}
+	}
+	if len(schemes) == 0 {
+		schemes = schemeList{"unshaped", "autoshape"}
+	}
+	var parsed []lab.Scheme
+	for _, s := range schemes {
+		p, err := lab.ParseScheme(s)
+		if err != nil {
+			return usageError{err}
+		}
+		parsed = append(parsed, p)
+	}
+	cfg := lab.RunConfig{Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck}
+	for d, spec := range map[estimator.Direction]string{estimator.Down: sc.down, estimator.Up: sc.up} {
+		if spec == "" {
+			continue
+		}
+		t, err := loadCapacity(spec)
+		if err != nil {
+			return usageError{err}
+		}
+		cfg.Capacity[d] = t
+	}
+	for _, s := range parsed {
+		if s.Name == "autoshape" {
+			bin, err := findAutoshape(*autoshape)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.Autoshape = bin
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("linklab needs root: it creates network namespaces")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	top, err := lab.Build(lab.DefaultPrefix)
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6}
+	for _, s := range parsed {
+		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *name, sc.duration)
+		rs, err := lab.Run(ctx, top, cfg, s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		rep.Results = append(rep.Results, rs...)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeTable(stdout, rep)
+	return nil
+}
+
+// loadCapacity reads a schedule, a Mahimahi file or an embedded trace.
+func loadCapacity(spec string) (*sim.Trace, error) {
+	down, up := sim.EmbeddedTraces()
+	switch spec {
+	case sim.EmbeddedDownName:
+		return down, nil
+	case sim.EmbeddedUpName:
+		return up, nil
+	}
+	return sim.LoadTrace(spec)
+}
+
+// findAutoshape finds the daemon's binary.
+func findAutoshape(flagged string) (string, error) {
+	if flagged != "" {
+		if _, err := os.Stat(flagged); err != nil {
+			return "", fmt.Errorf("--autoshape: %w", err)
+		}
+		return filepath.Abs(flagged)
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "autoshape")
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	p, err := exec.LookPath("autoshape")
+	if err != nil {
+		return "", errors.New("the autoshape scheme needs the autoshape binary: give --autoshape PATH (go build ./cmd/autoshape)")
+	}
+	return filepath.Abs(p)
+}
+
+func writeTable(w io.Writer, rep Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scheme\tdir\tcapacity Mbit/s\tgoodput Mbit/s\tutil\tp50 ms\tp95 ms\tp99 ms\tover budget\treaction s\t")
+	for _, r := range rep.Results {
+		react := "-"
+		if r.ReactionS != nil {
+			react = fmt.Sprintf("%.2f", *r.ReactionS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t\n", r.Scheme, r.Direction, r.CapacityMbps,
+			r.GoodputMbps, r.Utilization, r.Delay.P50, r.Delay.P95, r.Delay.P99, r.OverBudget, react)
+	}
+	tw.Flush()
+}
