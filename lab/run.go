@@ -350,6 +350,42 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 	return f, nil
 }
 
+// WriteDaemonConfig writes into dir an autoshape configuration for rtr's
+// WAN: HTB with the line's framing, the run's budget, ICMP timestamps to srv's reflectors, and the
+// bounds the simulator derives from the capacities; it returns its path and
+// the base rates.
+func WriteDaemonConfig(top *Topology, cfg RunConfig, dir string) (string, [2]float64, error) {
+	var bases [2]float64
+	conf := filepath.Join(dir, "autoshape.toml")
+	var refl []string
+	for _, a := range top.ReflectorAddrs {
+		refl = append(refl, strconv.Quote(a.String()))
+	}
+	text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
+		"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = \"htb\"\nbudget = %q\n",
+		filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, cfg.Budget.String())
+	// The line's framing, as its owner would configure it.
+	if cfg.Bottleneck.ATM {
+		text += "link_layer = \"atm\"\n"
+	}
+	if cfg.Bottleneck.Overhead != 0 {
+		text += fmt.Sprintf("overhead = %d\n", cfg.Bottleneck.Overhead)
+	}
+	for _, d := range estimator.Directions {
+		section := map[estimator.Direction]string{estimator.Down: "download", estimator.Up: "upload"}[d]
+		var b policies.Bounds
+		if cfg.Capacity[d] == nil {
+			b.Min, b.Base, b.Max = 1e6, 1e9, 1e9
+		} else {
+			b = sim.DefaultBounds(cfg.Capacity[d], cfg.Duration)
+		}
+		bases[d] = b.Base
+		text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
+	}
+	text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = 20\n", strings.Join(refl, ", "), Reflectors)
+	return conf, bases, os.WriteFile(conf, []byte(text), 0o644)
+}
+
 // daemonScheme is the autoshape daemon running in rtr.
 type daemonScheme struct {
 	cmd       *exec.Cmd
@@ -371,31 +407,14 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 	}
 	ds := &daemonScheme{dir: dir}
 	conf := s.Config
+	gen, bounds, err := WriteDaemonConfig(top, cfg, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	ds.bounds = bounds
 	if conf == "" {
-		conf = filepath.Join(dir, "autoshape.toml")
-		var refl []string
-		for _, a := range top.ReflectorAddrs {
-			refl = append(refl, strconv.Quote(a.String()))
-		}
-		text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
-			"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = \"htb\"\nbudget = %q\n",
-			filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, cfg.Budget.String())
-		for _, d := range estimator.Directions {
-			section := map[estimator.Direction]string{estimator.Down: "download", estimator.Up: "upload"}[d]
-			var b policies.Bounds
-			if cfg.Capacity[d] == nil {
-				b.Min, b.Base, b.Max = 1e6, 1e9, 1e9
-			} else {
-				b = sim.DefaultBounds(cfg.Capacity[d], cfg.Duration)
-			}
-			ds.bounds[d] = b.Base
-			text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
-		}
-		text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = 20\n", strings.Join(refl, ", "), Reflectors)
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+		conf = gen
 	}
 	ds.cmd = exec.Command("ip", "netns", "exec", top.Rtr, cfg.Autoshape, "run", "-c", conf)
 	log, err := os.Create(filepath.Join(dir, "daemon.log"))

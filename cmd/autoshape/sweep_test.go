@@ -84,6 +84,9 @@ func TestParseLoad(t *testing.T) {
 		{spec: "http://10.0.0.1/big", streams: 0, err: "--streams"},
 		{spec: "http://10.0.0.1/big", streams: 4},
 		{spec: "exec:iperf3 -c 10.0.0.1 -t 30", streams: 4},
+		{spec: "tcp:10.91.3.2:5201", streams: 4},
+		{spec: "tcp:10.91.3.2", streams: 4, err: "tcp:HOST:PORT"},
+		{spec: "tcp:10.91.3.2:5201", streams: 100, err: "--streams"},
 	} {
 		_, err := parseLoad(tc.spec, tc.streams)
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {

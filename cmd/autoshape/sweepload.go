@@ -31,6 +31,15 @@ func parseLoad(spec string, streams int) (loadSource, error) {
 			return nil, errors.New("--load exec: names no command")
 		}
 		return execLoad{command: cmd}, nil
+	case strings.HasPrefix(spec, "tcp:"):
+		addr := strings.TrimPrefix(spec, "tcp:")
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--load %q: want tcp:HOST:PORT", spec)
+		}
+		if streams < 1 || streams > 64 {
+			return nil, fmt.Errorf("--streams %d: want 1 to 64", streams)
+		}
+		return tcpLoad{addr: addr, streams: streams}, nil
 	case strings.HasPrefix(spec, "http://"), strings.HasPrefix(spec, "https://"):
 		u, err := url.Parse(spec)
 		if err != nil || u.Host == "" {
@@ -48,7 +57,7 @@ func parseLoad(spec string, streams int) (loadSource, error) {
 			TLSHandshakeTimeout: 10 * time.Second,
 		}}}, nil
 	default:
-		return nil, fmt.Errorf("--load %q: want an http:// or https:// URL, or exec:COMMAND", spec)
+		return nil, fmt.Errorf("--load %q: want an http:// or https:// URL, tcp:HOST:PORT or exec:COMMAND", spec)
 	}
 }
 
@@ -128,6 +137,62 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// A tcpLoad runs parallel TCP streams against a linklab load endpoint: each
+// connection's first byte asks for a download ('D') or an upload ('U').
+type tcpLoad struct {
+	addr    string
+	streams int
+}
+
+func (l tcpLoad) Load(ctx context.Context, d estimator.Direction, _ float64, _ time.Duration) error {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cubic}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	errs := make(chan error, l.streams)
+	for range l.streams {
+		c, err := dialer.DialContext(ctx, "tcp", l.addr)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		go func() {
+			req, buf := []byte{'D'}, make([]byte, 64<<10)
+			if d == estimator.Up {
+				req[0] = 'U'
+			}
+			if _, err := c.Write(req); err != nil {
+				errs <- err
+				return
+			}
+			for {
+				var err error
+				if d == estimator.Up {
+					_, err = c.Write(buf)
+				} else {
+					_, err = c.Read(buf)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-errs:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("tcp load to %s: %w", l.addr, err)
+	}
 }
 
 // An execLoad runs a command through /bin/sh for each step (flent, iperf3,

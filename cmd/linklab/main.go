@@ -27,6 +27,7 @@ import (
 )
 
 const usage = `usage: linklab run --scenario step|dsl|lte --scheme SCHEME [--scheme SCHEME ...] [flags]
+       linklab sweep --scenario dsl --direction down|up|both [--from F --to F --step F --hold D] [--json]
 
 schemes: unshaped, static:FRACTION (HTB in rtr at a fraction of the mean
 capacity), autoshape[:CONFIG] (the daemon in rtr; by default HTB, srv's
@@ -38,11 +39,16 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 type usageError struct{ error }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "run" {
+	if len(args) == 0 || (args[0] != "run" && args[0] != "sweep") {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	err := runCmd(args[1:], stdout, stderr)
+	var err error
+	if args[0] == "run" {
+		err = runCmd(args[1:], stdout, stderr)
+	} else {
+		err = sweepCmd(args[1:], stdout, stderr)
+	}
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -227,4 +233,109 @@ func writeTable(w io.Writer, rep Report) {
 			r.GoodputMbps, r.Utilization, r.Delay.P50, r.Delay.P95, r.Delay.P99, r.OverBudget, react)
 	}
 	tw.Flush()
+}
+
+// sweepCmd runs `autoshape sweep` on rtr against the lab's line and its load
+// endpoint, and passes its output through.
+func sweepCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("scenario", "dsl", "dsl, step or lte (a sweep wants a steady line: dsl)")
+	direction := fs.String("direction", "both", "down, up or both")
+	from := fs.String("from", "0.70", "lowest fraction of the line rate")
+	to := fs.String("to", "1.00", "highest fraction of the line rate")
+	step := fs.String("step", "0.025", "fraction step")
+	hold := fs.String("hold", "20s", "time under load per step")
+	budget := fs.Duration("budget", 15*time.Millisecond, "latency budget")
+	streams := fs.Int("streams", 4, "TCP streams per step")
+	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
+	asJSON := fs.Bool("json", false, "print the sweep's JSON")
+	plotOut := fs.String("plot", "", "also draw the sweep figure to this .png or .svg file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	sc, ok := scenarios[*name]
+	if !ok {
+		return usageError{fmt.Errorf("--scenario %q: want dsl, step or lte", *name)}
+	}
+	cfg := lab.RunConfig{Duration: sc.duration, Budget: *budget, Bottleneck: sc.bottleneck}
+	for d, spec := range map[estimator.Direction]string{estimator.Down: sc.down, estimator.Up: sc.up} {
+		if spec == "" {
+			continue
+		}
+		t, err := loadCapacity(spec)
+		if err != nil {
+			return usageError{err}
+		}
+		cfg.Capacity[d] = t
+	}
+	bin, err := findAutoshape(*autoshape)
+	if err != nil {
+		return usageError{err}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("linklab needs root: it creates network namespaces")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	top, err := lab.Build(lab.DefaultPrefix)
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	devs := map[estimator.Direction]string{estimator.Down: lab.ISPDown, estimator.Up: lab.ISPUp}
+	sweepArgs := []string{"netns", "exec", top.Rtr, bin, "sweep", "--direction", *direction,
+		"--from", *from, "--to", *to, "--step", *step, "--hold", *hold, "--streams", fmt.Sprint(*streams)}
+	start := time.Now()
+	for _, d := range estimator.Directions {
+		if cfg.Capacity[d] == nil {
+			continue
+		}
+		b, err := lab.NewBottleneck(top.ISP, devs[d], cfg.Capacity[d], cfg.Bottleneck)
+		if err != nil {
+			return err
+		}
+		go b.Follow(ctx, start)
+		line := cfg.Capacity[d].MeanRate(cfg.Capacity[d].DefaultDuration())
+		sweepArgs = append(sweepArgs, "--line-rate-"+d.String(), fmt.Sprintf("%.0f", line))
+	}
+	ep, err := lab.StartEndpoint(top, "0", "cubic")
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	dir, err := os.MkdirTemp("", "linklab-sweep-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	conf, _, err := lab.WriteDaemonConfig(top, cfg, dir)
+	if err != nil {
+		return err
+	}
+	sweepArgs = append(sweepArgs, "-c", conf, "--load", "tcp:"+ep.Addr())
+	if *asJSON {
+		sweepArgs = append(sweepArgs, "--json")
+	}
+	if *plotOut != "" {
+		abs, err := filepath.Abs(*plotOut)
+		if err != nil {
+			return err
+		}
+		sweepArgs = append(sweepArgs, "--plot", abs)
+	}
+	cmd := exec.CommandContext(ctx, "ip", sweepArgs...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("autoshape sweep: %w", err)
+	}
+	return nil
 }
