@@ -135,3 +135,50 @@ func TestSweepOnBloatedLine(t *testing.T) {
 		t.Errorf("the sweep left its shaping behind:\n%s", out)
 	}
 }
+
+// TestSweepInterruptedRestores: a load command that fails ends the sweep
+// with an error; in setup mode the shaping it made is gone, in attach mode
+// the shapers it found have their rates back.
+func TestSweepInterruptedRestores(t *testing.T) {
+	l := newDaemonLab(t)
+	sweep := func() (int, string) {
+		cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
+		cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=sweep -c "+l.config+
+			" --direction both --line-rate-down 8mbit --line-rate-up 4mbit --from 0.5 --to 1 --step 0.5 --hold 2s --load exec:false")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !asExit(err, &exit) {
+			t.Fatalf("sweep: %v: %s", err, out.String())
+		}
+		return exit.ExitCode(), out.String()
+	}
+	if code, out := sweep(); code != 1 || !strings.Contains(out, "load failed") {
+		t.Errorf("setup mode: exit %d, want 1 naming the failed load:\n%s", code, tail(out, 2000))
+	}
+	if out := l.classes("wan0") + l.classes("ifb4wan0"); strings.Contains(out, "htb") {
+		t.Errorf("setup mode: the sweep left its shaping behind:\n%s", out)
+	}
+
+	// Attach mode, to shaping made beforehand at 10 and 5 Mbit/s.
+	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
+	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=shape --iface wan0 --backend htb --down 10mbit --up 5mbit")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("shape: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(l.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attach := strings.Replace(string(b), "backend = \"htb\"\n", "backend = \"htb\"\nmode = \"attach\"\n", 1)
+	if err := os.WriteFile(l.config, []byte(attach), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := sweep(); code != 1 {
+		t.Errorf("attach mode: exit %d, want 1:\n%s", code, tail(out, 2000))
+	}
+	if up, down := l.classes("wan0"), l.classes("ifb4wan0"); !strings.Contains(up, "rate 5Mbit") || !strings.Contains(down, "rate 10Mbit") {
+		t.Errorf("attach mode: the rates were not restored:\nwan0: %s\nifb4wan0: %s", up, down)
+	}
+}
