@@ -321,8 +321,8 @@ func (f fixedScheme) stop() error {
 	return f.link.Remove()
 }
 
-// startStatic shapes rtr's WAN with HTB at a fraction of each direction's
-// nominal rate, through autoshape's own actuator.
+// startStatic shapes rtr's WAN with HTB and the line's framing at a
+// fraction of each direction's nominal rate, through autoshape's own actuator.
 func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, error) {
 	h, err := netns.GetFromName(top.Rtr)
 	if err != nil {
@@ -337,8 +337,13 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 			f.rate[d] = unlimited
 		}
 	}
+	// The line's framing, as its owner would configure it.
+	framing := actuator.Framing{Overhead: cfg.Bottleneck.Overhead}
+	if cfg.Bottleneck.ATM {
+		framing.LinkLayer = actuator.ATM
+	}
 	f.link, err = actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: actuator.HTB, NetNS: int(h),
-		Down: uint64(f.rate[estimator.Down]), Up: uint64(f.rate[estimator.Up])})
+		Down: uint64(f.rate[estimator.Down]), Up: uint64(f.rate[estimator.Up]), Framing: framing})
 	if err != nil {
 		return nil, err
 	}
