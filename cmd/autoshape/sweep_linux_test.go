@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -180,5 +181,33 @@ func TestSweepInterruptedRestores(t *testing.T) {
 	}
 	if up, down := l.classes("wan0"), l.classes("ifb4wan0"); !strings.Contains(up, "rate 5Mbit") || !strings.Contains(down, "rate 10Mbit") {
 		t.Errorf("attach mode: the rates were not restored:\nwan0: %s\nifb4wan0: %s", up, down)
+	}
+}
+
+// TestSweepCtrlC: SIGINT in the middle of a step ends the sweep and removes
+// the shaping it set up.
+func TestSweepCtrlC(t *testing.T) {
+	l := newDaemonLab(t)
+	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
+	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=sweep -c "+l.config+
+		" --direction down --line-rate-down 8mbit --from 0.5 --to 1 --step 0.5 --hold 30s --load exec:sleep${IFS}60") // no spaces: the test's arguments are split on them
+	log := &safeBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the sweep's shaping", func() bool { return strings.Contains(l.classes("ifb4wan0"), "htb 1:1") }, log)
+	time.Sleep(time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the sweep did not end on SIGINT; log:\n%s", tail(log.String(), 2000))
+	}
+	if out := l.classes("wan0") + l.classes("ifb4wan0"); strings.Contains(out, "htb") {
+		t.Errorf("the sweep left its shaping behind after SIGINT:\n%s", out)
 	}
 }
