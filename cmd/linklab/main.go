@@ -89,20 +89,52 @@ type Report struct {
 	Results   []sim.Result `json:"results"`
 }
 
-func runCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	name := fs.String("scenario", "step", "dsl, step or lte")
-	traceDown := fs.String("trace-down", "", "download capacity: a Mahimahi trace or a schedule (overrides the scenario's)")
-	traceUp := fs.String("trace-up", "", "upload capacity: a Mahimahi trace or a schedule (overrides the scenario's)")
-	var schemes schemeList
-	fs.Var(&schemes, "scheme", "a scheme to run (repeatable; they run one after another)")
-	duration := fs.Duration("duration", 0, "loaded time per scheme (default: the scenario's)")
-	budget := fs.Duration("budget", 15*time.Millisecond, "latency budget")
-	streams := fs.Int("streams", 4, "TCP streams per loaded direction")
-	cc := fs.String("cc", "cubic", "the load's TCP congestion control")
-	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
-	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
+// lineFlags are the flags that pick the emulated line, shared by run and
+// sweep.
+type lineFlags struct {
+	name, traceDown, traceUp *string
+	budget                   *time.Duration
+}
+
+func addLineFlags(fs *flag.FlagSet, defaultScenario string) lineFlags {
+	return lineFlags{
+		name:      fs.String("scenario", defaultScenario, "dsl, step or lte"),
+		traceDown: fs.String("trace-down", "", "download capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
+		traceUp:   fs.String("trace-up", "", "upload capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
+		budget:    fs.Duration("budget", 15*time.Millisecond, "latency budget"),
+	}
+}
+
+// line returns the chosen scenario, the traces overriding its capacities,
+// and the capacities loaded (by estimator.Direction).
+func (f lineFlags) line() (scenario, [2]*sim.Trace, error) {
+	var caps [2]*sim.Trace
+	sc, ok := scenarios[*f.name]
+	if !ok {
+		return sc, caps, usageError{fmt.Errorf("--scenario %q: want dsl, step or lte", *f.name)}
+	}
+	if *f.traceDown != "" {
+		sc.down = *f.traceDown
+	}
+	if *f.traceUp != "" {
+		sc.up = *f.traceUp
+	}
+	for d, spec := range map[estimator.Direction]string{estimator.Down: sc.down, estimator.Up: sc.up} {
+		if spec == "" {
+			continue
+		}
+		t, err := loadCapacity(spec)
+		if err != nil {
+			return sc, caps, usageError{err}
+		}
+		caps[d] = t
+	}
+	return sc, caps, nil
+}
+
+// parseArgs parses a subcommand's flags: -h is not an error, a bad flag or a
+// stray argument is a usage error.
+func parseArgs(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -112,16 +144,36 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	sc, ok := scenarios[*name]
-	if !ok {
-		return usageError{fmt.Errorf("--scenario %q: want dsl, step or lte", *name)}
+	return nil
+}
+
+// needRoot refuses to go on without root.
+func needRoot() error {
+	if os.Geteuid() != 0 {
+		return errors.New("linklab needs root: it creates network namespaces")
 	}
-	if *traceDown != "" {
-		sc.down = *traceDown
+	return nil
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	lf := addLineFlags(fs, "step")
+	var schemes schemeList
+	fs.Var(&schemes, "scheme", "a scheme to run (repeatable; they run one after another)")
+	duration := fs.Duration("duration", 0, "loaded time per scheme (default: the scenario's)")
+	streams := fs.Int("streams", 4, "TCP streams per loaded direction")
+	cc := fs.String("cc", "cubic", "the load's TCP congestion control")
+	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
+	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
+	if err := parseArgs(fs, args); err != nil {
+		return err
 	}
-	if *traceUp != "" {
-		sc.up = *traceUp
+	sc, caps, err := lf.line()
+	if err != nil {
+		return err
 	}
+	budget := lf.budget
 	if *duration > 0 {
 		sc.duration = *duration
 	}
@@ -139,17 +191,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		parsed = append(parsed, p)
 	}
-	cfg := lab.RunConfig{Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck}
-	for d, spec := range map[estimator.Direction]string{estimator.Down: sc.down, estimator.Up: sc.up} {
-		if spec == "" {
-			continue
-		}
-		t, err := loadCapacity(spec)
-		if err != nil {
-			return usageError{err}
-		}
-		cfg.Capacity[d] = t
-	}
+	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck}
 	for _, s := range parsed {
 		if s.Name == "autoshape" {
 			bin, err := findAutoshape(*autoshape)
@@ -159,10 +201,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			cfg.Autoshape = bin
 		}
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("linklab needs root: it creates network namespaces")
+	if err := needRoot(); err != nil {
+		return err
 	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	top, err := lab.Build(lab.DefaultPrefix)
@@ -172,7 +213,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	defer top.Close()
 	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6}
 	for _, s := range parsed {
-		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *name, sc.duration)
+		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *lf.name, sc.duration)
 		rs, err := lab.Run(ctx, top, cfg, s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
@@ -240,47 +281,30 @@ func writeTable(w io.Writer, rep Report) {
 func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	name := fs.String("scenario", "dsl", "dsl, step or lte (a sweep wants a steady line: dsl)")
+	lf := addLineFlags(fs, "dsl")
 	direction := fs.String("direction", "both", "down, up or both")
 	from := fs.String("from", "0.70", "lowest fraction of the line rate")
 	to := fs.String("to", "1.00", "highest fraction of the line rate")
 	step := fs.String("step", "0.025", "fraction step")
 	hold := fs.String("hold", "20s", "time under load per step")
-	budget := fs.Duration("budget", 15*time.Millisecond, "latency budget")
 	streams := fs.Int("streams", 4, "TCP streams per step")
 	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
 	asJSON := fs.Bool("json", false, "print the sweep's JSON")
 	plotOut := fs.String("plot", "", "also draw the sweep figure to this .png or .svg file")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
+	if err := parseArgs(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	sc, caps, err := lf.line()
+	if err != nil {
+		return err
 	}
-	sc, ok := scenarios[*name]
-	if !ok {
-		return usageError{fmt.Errorf("--scenario %q: want dsl, step or lte", *name)}
-	}
-	cfg := lab.RunConfig{Duration: sc.duration, Budget: *budget, Bottleneck: sc.bottleneck}
-	for d, spec := range map[estimator.Direction]string{estimator.Down: sc.down, estimator.Up: sc.up} {
-		if spec == "" {
-			continue
-		}
-		t, err := loadCapacity(spec)
-		if err != nil {
-			return usageError{err}
-		}
-		cfg.Capacity[d] = t
-	}
+	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *lf.budget, Bottleneck: sc.bottleneck}
 	bin, err := findAutoshape(*autoshape)
 	if err != nil {
 		return usageError{err}
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("linklab needs root: it creates network namespaces")
+	if err := needRoot(); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
