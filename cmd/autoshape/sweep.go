@@ -254,7 +254,9 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 	if _, err := s.shapers[d].SetRate(ctx, bps); err != nil {
 		return fmt.Errorf("set the %s shaper to %s: %w", d, actuator.FormatRate(float64(bps)), err)
 	}
+	unloaded := 0
 	if err := s.collect(ctx, p.Pause, func(x estimator.Sample) {
+		unloaded++
 		k := sampleKey{x.Reflector, x.Kind}
 		if b, ok := s.baseline[k]; !ok || x.Delay < b {
 			s.baseline[k] = x.Delay
@@ -323,8 +325,17 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 	if serr != nil {
 		return fmt.Errorf("read the %s shaper's statistics: %w", d, serr)
 	}
-	if len(delays) == 0 {
+	lost := len(delays) == 0
+	if lost && unloaded == 0 {
 		return fmt.Errorf("no probe answers during the %s step at %s: check the reflectors", d, actuator.FormatRate(float64(bps)))
+	}
+	if lost {
+		// Answered unloaded, never under load: every probe was lost or
+		// late, so the step's delay is at least the probes' deadline.
+		lostMs := ms(estimator.DefaultPoolDeadline)
+		delays = []float64{lostMs}
+		s.log.Warn("every probe lost under load", zap.String("dir", d.String()),
+			zap.Float64("rate_kbit", float64(bps)/1000), zap.Float64("counted_as_ms", lostMs))
 	}
 	if elapsed > 0 && after.Bytes >= before.Bytes {
 		st.GoodputKbit = math.Round(float64(after.Bytes-before.Bytes)*8/elapsed.Seconds()) / 1000

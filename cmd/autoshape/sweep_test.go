@@ -264,3 +264,44 @@ func TestSweepUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// dropWhenLoaded passes a line's probes on only while it is unloaded.
+type dropWhenLoaded struct{ *fakeLine }
+
+func (f dropWhenLoaded) probe(ctx context.Context, out chan<- estimator.Sample) {
+	in := make(chan estimator.Sample, 16)
+	go f.fakeLine.probe(ctx, in)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case x := <-in:
+			if !f.loaded.Load() {
+				out <- x
+			}
+		}
+	}
+}
+
+// TestSweeperCountsLostProbes: a step under which every probe is lost,
+// though they were answered unloaded, is recorded at the probes' deadline,
+// over the budget, not an error.
+func TestSweeperCountsLostProbes(t *testing.T) {
+	line := dropWhenLoaded{&fakeLine{capacity: 9e6, shaper: &actuator.Fake{}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	samples := make(chan estimator.Sample, 1024)
+	go line.probe(ctx, samples)
+	s := &sweeper{shapers: [2]actuator.Shaper{estimator.Down: line.shaper, estimator.Up: &actuator.Fake{}},
+		samples: samples, load: line.fakeLine, log: zap.NewNop(), now: time.Now}
+	p := sweepPlan{Directions: []estimator.Direction{estimator.Down}, LineRate: [2]float64{estimator.Down: 10e6},
+		Fractions: []float64{0.5}, Hold: 200 * time.Millisecond, Settle: 20 * time.Millisecond, Pause: 100 * time.Millisecond, Budget: 15 * time.Millisecond}
+	rep, err := s.run(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sim.Delay{P50: 1000, P95: 1000, P99: 1000}
+	if len(rep.Steps) != 2 || rep.Steps[0].Delay != want || rep.Recommendation.DownKbit != 0 {
+		t.Errorf("steps %+v, recommendation %+v; want the lost steps at the 1 s deadline and no recommendation", rep.Steps, rep.Recommendation)
+	}
+}
