@@ -437,7 +437,11 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 }
 
 func (ds *daemonScheme) stop() error {
-	defer os.RemoveAll(ds.dir)
+	if os.Getenv("LINKLAB_KEEP") == "" {
+		defer os.RemoveAll(ds.dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "linklab: the daemon's files are kept in %s\n", ds.dir)
+	}
 	ds.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- ds.cmd.Wait() }()
