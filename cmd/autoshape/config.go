@@ -50,6 +50,7 @@ type rawLink struct {
 	Backend   string       `toml:"backend"`
 	Mode      string       `toml:"mode"`
 	Budget    string       `toml:"budget"`
+	Policy    string       `toml:"policy"`
 	Overhead  int          `toml:"overhead"`
 	MPU       int          `toml:"mpu"`
 	LinkLayer string       `toml:"link_layer"`
@@ -83,12 +84,26 @@ type Config struct {
 	Links          []LinkConfig
 }
 
+// A PolicyName names the policy that chooses a link's rates.
+type PolicyName string
+
+// The policies a link can run.
+const (
+	// PolicyBudget moves each rate to the highest that keeps the added
+	// delay within the link's budget (the default).
+	PolicyBudget PolicyName = "budget"
+	// PolicyClassic follows cake-autorate's documented default rules; the
+	// budget then only sets the estimator's bloat threshold.
+	PolicyClassic PolicyName = "classic"
+)
+
 // LinkConfig is one shaped link.
 type LinkConfig struct {
 	Name, Interface, IFB string
 	Backend              actuator.Backend
 	Attach               bool // attach to shaping something else made
 	Budget               time.Duration
+	Policy               PolicyName
 	Framing              actuator.Framing
 	Directions           [2]controller.DirectionConfig // by estimator.Direction
 	Method               estimator.Method
@@ -225,6 +240,14 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	}
 	if err := (policies.BudgetConfig{Budget: l.Budget}).Validate(); err != nil {
 		return l, keyErr("budget", "%v", err)
+	}
+	switch p := PolicyName(rl.Policy); p {
+	case "":
+		l.Policy = PolicyBudget
+	case PolicyBudget, PolicyClassic:
+		l.Policy = p
+	default:
+		return l, keyErr("policy", "%q is neither %q nor %q", rl.Policy, PolicyBudget, PolicyClassic)
 	}
 	l.Framing = actuator.Framing{Overhead: rl.Overhead}
 	if rl.Overhead < -64 || rl.Overhead > 256 {

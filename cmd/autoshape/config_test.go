@@ -24,7 +24,7 @@ func TestReferenceConfigParses(t *testing.T) {
 	switch {
 	case l.Interface != "wan" || l.IFB != "ifb4wan" || l.Backend != actuator.CAKE || l.Attach:
 		t.Errorf("link = %+v", l)
-	case l.Budget != 15*time.Millisecond || l.Framing.Overhead != 44 || l.Method != estimator.Auto:
+	case l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Framing.Overhead != 44 || l.Method != estimator.Auto:
 		t.Errorf("link = %+v", l)
 	case l.Directions[estimator.Down].Bounds.Max != 80e6 || l.Directions[estimator.Down].Safe != 20e6 || l.Directions[estimator.Up].Bounds.Base != 10e6:
 		t.Errorf("directions = %+v", l.Directions)
@@ -52,7 +52,7 @@ func TestMinimalConfig(t *testing.T) {
 		t.Fatalf("parseConfig() failed: %v", err)
 	}
 	l := cfg.Links[0]
-	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Backend != actuator.CAKE || l.Method != estimator.Auto {
+	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != estimator.Auto {
 		t.Errorf("defaults not applied: %+v", l)
 	}
 	if cfg.StateFile == "" || cfg.MetricsListen == "" {
@@ -74,6 +74,7 @@ func TestBadConfigs(t *testing.T) {
 		{"bad mode", with(`interface = "wan"`, "interface = \"wan\"\nmode = \"steal\""), `link[0].mode: "steal"`},
 		{"negative budget", with(`interface = "wan"`, "interface = \"wan\"\nbudget = \"-5ms\""), "link[0].budget"},
 		{"garbage budget", with(`interface = "wan"`, "interface = \"wan\"\nbudget = \"soon\""), `link[0].budget: "soon"`},
+		{"unknown policy", with(`interface = "wan"`, "name = \"x\"\ninterface = \"wan\"\npolicy = \"foo\""), `link[0] (x).policy: "foo" is neither "budget" nor "classic"`},
 		{"overhead", with(`interface = "wan"`, "interface = \"wan\"\noverhead = 300"), "link[0].overhead: 300"},
 		{"link layer", with(`interface = "wan"`, "interface = \"wan\"\nlink_layer = \"isdn\""), `link[0].link_layer: "isdn"`},
 		{"min above max", with(`min = "1mbit"`, `min = "30mbit"`), "link[0].download.min/base/max"},
@@ -121,5 +122,58 @@ func TestConfigCommands(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// TestPolicyChoice: the link's policy key picks the policy the daemon runs
+// (budget when left out); anything else is refused, naming the key, with exit
+// status 2.
+func TestPolicyChoice(t *testing.T) {
+	tests := []struct {
+		name, line string
+		want       PolicyName
+		wantErr    string
+	}{
+		{"default", "", PolicyBudget, ""},
+		{"budget", `policy = "budget"`, PolicyBudget, ""},
+		{"classic", `policy = "classic"`, PolicyClassic, ""},
+		{"unknown", `policy = "foo"`, "", `link[0] (x).policy: "foo" is neither "budget" nor "classic"`},
+		{"upper case", `policy = "Classic"`, "", `link[0] (x).policy: "Classic"`},
+		{"empty string", `policy = ""`, PolicyBudget, ""},
+		{"not a string", `policy = 1`, "", "policy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := strings.Replace(minimalLink, `interface = "wan"`, "name = \"x\"\ninterface = \"wan\"\n"+tt.line, 1)
+			cfg, err := parseConfig(text)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseConfig() error = %v, want it to mention %q", err, tt.wantErr)
+				}
+				path := filepath.Join(t.TempDir(), "bad.toml")
+				if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				var stderr bytes.Buffer
+				if code := run([]string{"run", "-c", path}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.wantErr) {
+					t.Errorf("run -c: exit %d, stderr %q; want 2 and %q", code, stderr.String(), tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseConfig() failed: %v", err)
+			}
+			l := cfg.Links[0]
+			if l.Policy != tt.want {
+				t.Errorf("policy = %q, want %q", l.Policy, tt.want)
+			}
+			p, err := newPolicy(l)
+			if err != nil {
+				t.Fatalf("newPolicy() failed: %v", err)
+			}
+			if p.Name() != string(tt.want) {
+				t.Errorf("the daemon runs the %q policy, want %q", p.Name(), tt.want)
+			}
+		})
 	}
 }

@@ -163,7 +163,7 @@ func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
 
 func linkEqual(a, b LinkConfig) bool {
 	return a.Name == b.Name && a.Interface == b.Interface && a.IFB == b.IFB && a.Backend == b.Backend &&
-		a.Attach == b.Attach && a.Budget == b.Budget && a.Framing == b.Framing && a.Directions == b.Directions &&
+		a.Attach == b.Attach && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions &&
 		a.Method == b.Method && slices.Equal(a.Reflectors, b.Reflectors) &&
 		a.ActiveReflectors == b.ActiveReflectors && a.ProbeRate == b.ProbeRate
 }
@@ -371,10 +371,12 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 	ccfg.Link = r.cfg.Name
 	for _, d := range estimator.Directions {
 		ccfg.Directions[d] = r.cfg.Directions[d]
-		if pols[d], err = policies.NewBudget(policies.BudgetConfig{Budget: r.cfg.Budget}); err != nil {
+		if pols[d], err = newPolicy(r.cfg); err != nil {
 			return err
 		}
 	}
+	r.log.Info("controlling the link", zap.String("policy", pols[estimator.Down].Name()),
+		zap.Float64("budget_ms", float64(r.cfg.Budget)/float64(time.Millisecond)))
 	ctrl, err := controller.New(ccfg, est, shapers, pols, pool)
 	if err != nil {
 		return err
@@ -454,6 +456,16 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 			}
 		}
 	}
+}
+
+// newPolicy builds one direction's policy as the link's configuration names
+// it. The classic policy has its own thresholds and ignores the budget
+// (which still sets the estimator's bloat threshold).
+func newPolicy(l LinkConfig) (policies.Policy, error) {
+	if l.Policy == PolicyClassic {
+		return policies.NewClassic(policies.DefaultClassicConfig())
+	}
+	return policies.NewBudget(policies.BudgetConfig{Budget: l.Budget})
 }
 
 // record logs a decision (one INFO line with its reasons), counts it and
