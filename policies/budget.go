@@ -127,9 +127,11 @@ func (c BudgetConfig) Validate() error {
 //     steady rate, a sudden fall of what gets through, with no backlog in our
 //     shaper, is a capacity drop seen a round trip before any delay: cut to
 //     MinCut of the new capacity.
-//   - Standing: while our shaper holds a backlog (it, not the bottleneck,
-//     limits the traffic now) a delay over Hold may be the lagging tail of a
-//     fade already over; hold until it has stood for Standing.
+//   - Standing (download only): while our shaper holds a backlog (it, not
+//     the bottleneck upstream, limits the traffic now) a delay over Hold may
+//     be the lagging tail of a fade already over; hold until it has stood for
+//     Standing. On upload our shaper is upstream of the bottleneck and its
+//     backlog says nothing about the bottleneck's queue.
 //   - Over budget (the estimator's bloat verdict with the median over Hold,
 //     or the median over the budget): cut towards what the link delivers now
 //     (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
@@ -140,12 +142,14 @@ func (c BudgetConfig) Validate() error {
 //     only follows a delay that is still growing.
 //   - Between Hold and the budget: ease off to MaxCut of what gets through,
 //     spaced like cuts: holding a rate above the capacity would let the queue
-//     grow into the budget.
+//     grow into the budget. An ease marks a ceiling as a cut does.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
 //     headroom left below Hold and slowed by the share of recent time spent
 //     over the budget; within 10 % of a ceiling the link has shown twice
-//     (two cuts that agreed, within Memory) only by GentleStep per second,
-//     and with Hold lowered to half, since the rate sits just under it.
+//     (two cuts or eases that agreed, within Memory) only by GentleStep per
+//     second, growing with the time t since the last one as 1 + t²/4 (as
+//     CUBIC probes past its last window), and with Hold lowered to half,
+//     since the rate sits just under it.
 //   - Unloaded: drift towards base.
 type Budget struct {
 	cfg       BudgetConfig
@@ -229,7 +233,10 @@ func (b *Budget) Next(in Input) Proposal {
 	// traffic now, so the bottleneck's queue is not growing: the delay seen
 	// may be the tail of a fade that is already over. Act only once it has
 	// stood for Standing.
-	if o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
+	// That holds on download only, where our shaper is downstream of the
+	// bottleneck; on upload a backlog in our shaper says nothing about the
+	// bottleneck's queue, which grows whenever the rate exceeds the capacity.
+	if o.Direction == estimator.Down && o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	if over {
@@ -250,6 +257,8 @@ func (b *Budget) Next(in Input) Proposal {
 			}
 			b.lastCut = in.Now
 			b.cutDelay = delay
+			b.prevBloat, b.bloatRate = b.bloatRate, b.delivered(in)
+			b.bloatAt = in.Now
 			next := math.Max(ref*c.MaxCut, floor)
 			return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
 		}
@@ -259,7 +268,11 @@ func (b *Budget) Next(in Input) Proposal {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
 		if b.gentle(in) {
-			step = math.Min(step, c.GentleStep)
+			// Near the ceiling: gently at first, then faster the longer
+			// it has held (as CUBIC probes past its last window), so a
+			// capacity that came back is found within seconds.
+			since := in.Now.Sub(b.bloatAt).Seconds()
+			step = math.Min(step, c.GentleStep*(1+since*since/4))
 		}
 		next := rate * (1 + step*headroom*dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}

@@ -36,6 +36,7 @@ type budgetStep struct {
 	capacity       float64       // CAKE's estimate, 0 for none
 	threshold      time.Duration // defaultBudget when zero
 	backlog        uint64        // bytes queued in the shaper
+	up             bool          // an upload observation (download otherwise)
 }
 
 // runBudget feeds steps in order to one Budget policy built from cfg and
@@ -53,10 +54,15 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 			threshold = defaultBudget
 		}
 		now := budgetStart.Add(s.at)
+		dir := estimator.Down
+		if s.up {
+			dir = estimator.Up
+		}
 		got = append(got, p.Next(policies.Input{
 			Now: now,
 			Obs: estimator.Observation{
 				Time:             now,
+				Direction:        dir,
 				Delta:            s.delta,
 				Threshold:        threshold,
 				Bloat:            s.bloat,
@@ -568,18 +574,25 @@ func TestBudgetProbe(t *testing.T) {
 		{
 			name:  "gently at a ceiling two cuts agreed on",
 			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.02*0.1), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "gently within 10 % above the ceiling",
 			steps: after(ceiling, probe(628*time.Millisecond, 43.9e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + 0.02*0.1), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "custom GentleStep",
 			cfg:   policies.BudgetConfig{GentleStep: 0.5},
 			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.5*0.1), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + gentle(0.5, 0.1)*0.1), Reason: reasonProbe}),
+		},
+		{
+			// 4 s after the ceiling's last cut the gentle step is five
+			// times GentleStep, as CUBIC speeds up past its last window.
+			name:  "gently, but faster the longer the ceiling held",
+			steps: after(ceiling, probe(4528*time.Millisecond, 40e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.1*1), Reason: reasonProbe}), // dt is capped at 1 s
 		},
 		{
 			name:  "fast more than 10 % below the ceiling",
@@ -605,6 +618,21 @@ func TestBudgetProbe(t *testing.T) {
 			),
 		},
 		{
+			// Two eases (13ms: between Hold and the budget) 300ms apart, at
+			// 40 and 39 Mbit/s getting through, agree on a ceiling.
+			name: "gently at a ceiling two eases agreed on",
+			steps: []budgetStep{
+				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				{at: 300 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 39e6, load: 0.975},
+				probe(400*time.Millisecond, 38e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 39e6 * 0.95, Reason: reasonEase},
+				{Rate: 38e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe},
+			},
+		},
+		{
 			name: "gently when the cuts agreed within 10 %",
 			steps: []budgetStep{
 				ceiling[0],
@@ -615,7 +643,7 @@ func TestBudgetProbe(t *testing.T) {
 			want: []policies.Proposal{
 				{Rate: 38e6, Reason: reasonBloat},
 				{Rate: 35.15e6, Reason: reasonBloat},
-				{Rate: 38e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+				{Rate: 38e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe},
 			},
 		},
 		{
@@ -859,6 +887,17 @@ func TestBudgetStanding(t *testing.T) {
 			want: []policies.Proposal{hold, hold, hold, cut},
 		},
 		{
+			// Upstream of the bottleneck, a backlog in our shaper says
+			// nothing about the bottleneck's queue.
+			name: "on upload a backlog does not hold",
+			steps: func() []budgetStep {
+				s := over(0, 6000)
+				s.up = true
+				return []budgetStep{s}
+			}(),
+			want: []policies.Proposal{cut},
+		},
+		{
 			name:  "no backlog cuts at once",
 			steps: []budgetStep{over(0, 0)},
 			want:  []policies.Proposal{cut},
@@ -989,7 +1028,7 @@ func TestBudgetOverShare(t *testing.T) {
 			// 2*(1-2*0.0196), is above GentleStep, which it stays at.
 			want: then(ceilingCuts,
 				policies.Proposal{Rate: 40e6, Reason: reasonHold},
-				policies.Proposal{Rate: 40e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+				policies.Proposal{Rate: 40e6 * (1 + gentle(0.02, 0.2)*0.1), Reason: reasonProbe},
 			),
 		},
 	})
@@ -1018,9 +1057,11 @@ func TestBudgetSteadyHold(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonEase}),
 		},
 		{
+			// The gentle step grows with the time since the last cut (0.3 s):
+			// 0.02 x (1 + 0.3²/4).
 			name:  "under half hold rises gently with headroom below half hold",
 			steps: after(ceiling, tick(at, millis(2.8125), 38e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 0.02*0.5*0.3), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 0.02*(1+0.3*0.3/4)*0.5*0.3), Reason: reasonProbe}),
 		},
 		{
 			name:  "the bloat verdict between half hold and hold cuts",
@@ -1201,9 +1242,14 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				budgetStep{at: 3300 * time.Millisecond, rate: 10e6, delta: 8 * time.Millisecond, achieved: 10e6, load: 1},
 			),
 			want: then(steadyWant, drop,
-				policies.Proposal{Rate: 10e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+				// 0.1 s after the drop: 0.02 x (1 + 0.1²/4).
+				policies.Proposal{Rate: 10e6 * (1 + 0.02*(1+0.1*0.1/4)*0.1), Reason: reasonProbe},
 				policies.Proposal{Rate: 9.5e6, Reason: reasonEase},
 			),
 		},
 	})
 }
+
+// gentle is the gentle step since seconds after the last cut: GentleStep
+// growing as 1 + since²/4.
+func gentle(step, since float64) float64 { return step * (1 + since*since/4) }
