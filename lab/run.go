@@ -27,20 +27,28 @@ import (
 
 // A Scheme is what shapes rtr's WAN during a run.
 type Scheme struct {
+	// Name is the scheme's name in results: unshaped, static:FRACTION,
+	// autoshape, classic or exec.
 	Name string
 	// Fraction of the nominal rate, for static:FRACTION.
 	Fraction float64
 	// Config is the autoshape scheme's configuration file ("" generates
 	// one from the capacities).
 	Config string
+	// Policy is the policy the generated daemon configuration names: ""
+	// (the daemon's default, budget) or "classic".
+	Policy string
+	// Command is the exec scheme's shell command, run in rtr with sh -c.
+	Command string
 }
 
-// ParseScheme reads unshaped, static:FRACTION or autoshape[:CONFIG].
+// ParseScheme reads unshaped, static:FRACTION, autoshape[:CONFIG], classic
+// or exec:COMMAND.
 func ParseScheme(s string) (Scheme, error) {
-	name, arg, _ := strings.Cut(s, ":")
+	name, arg, hasArg := strings.Cut(s, ":")
 	switch name {
 	case "unshaped":
-		if arg != "" {
+		if hasArg {
 			return Scheme{}, fmt.Errorf("scheme %q: unshaped takes no argument", s)
 		}
 		return Scheme{Name: s}, nil
@@ -52,9 +60,23 @@ func ParseScheme(s string) (Scheme, error) {
 		return Scheme{Name: s, Fraction: f}, nil
 	case "autoshape":
 		return Scheme{Name: "autoshape", Config: arg}, nil
+	case "classic":
+		if hasArg {
+			return Scheme{}, fmt.Errorf("scheme %q: classic takes no argument (for a configuration of your own, set policy = \"classic\" in it and use autoshape:CONFIG)", s)
+		}
+		return Scheme{Name: "classic", Policy: "classic"}, nil
+	case "exec":
+		if strings.TrimSpace(arg) == "" {
+			return Scheme{}, fmt.Errorf("scheme %q: want exec:COMMAND with a shell command", s)
+		}
+		return Scheme{Name: "exec", Command: arg}, nil
 	}
-	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION or autoshape[:CONFIG]", s)
+	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION, autoshape[:CONFIG], classic or exec:COMMAND", s)
 }
+
+// NeedsAutoshape reports whether the scheme runs the autoshape daemon (and
+// so needs RunConfig.Autoshape).
+func (s Scheme) NeedsAutoshape() bool { return s.Name == "autoshape" || s.Name == "classic" }
 
 // RunConfig is one run of a scenario.
 type RunConfig struct {
@@ -68,7 +90,8 @@ type RunConfig struct {
 	Streams int
 	// CC is the load's congestion control (default cubic).
 	CC string
-	// Autoshape is the autoshape binary for the autoshape scheme.
+	// Autoshape is the autoshape binary for the autoshape and classic
+	// schemes.
 	Autoshape string
 	// Warmup is how long the scheme runs before the load starts (default 3 s).
 	Warmup time.Duration
@@ -122,11 +145,11 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 	}
 	defer probe.Stop()
 	// The empty line's delay: the baseline the added delay is measured from.
-	if err := sleep(ctx, min(cfg.Warmup, time.Second)); err != nil {
+	if err := sleep(ctx, min(cfg.Warmup, time.Second), sh.failed()); err != nil {
 		return nil, err
 	}
 	base := baselines(probe.Samples())
-	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second)); err != nil {
+	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second), sh.failed()); err != nil {
 		return nil, err
 	}
 
@@ -158,6 +181,8 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case err := <-sh.failed():
+			return nil, err
 		case err := <-followErr:
 			if err != nil {
 				return nil, fmt.Errorf("bottleneck: %w", err)
@@ -260,10 +285,13 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep waits for d, or until ctx ends or the scheme fails.
+func sleep(ctx context.Context, d time.Duration, failed <-chan error) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case err := <-failed:
+		return err
 	case <-time.After(d):
 		return nil
 	}
@@ -275,6 +303,8 @@ type schemeRunner interface {
 	// start (0 when unshaped).
 	rates(start time.Time) [2]func(time.Duration) float64
 	changes(d estimator.Direction) int
+	// failed delivers an error when the scheme cannot go on (nil: never).
+	failed() <-chan error
 	stop() error
 }
 
@@ -284,6 +314,8 @@ func startScheme(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 		return fixedScheme{}, nil
 	case s.Fraction > 0:
 		return startStatic(top, cfg, s.Fraction)
+	case s.Name == "exec":
+		return startExec(top, cfg, s.Command)
 	default:
 		return startDaemon(top, cfg, s)
 	}
@@ -313,6 +345,8 @@ func (f fixedScheme) rates(time.Time) [2]func(time.Duration) float64 {
 
 func (fixedScheme) changes(estimator.Direction) int { return 0 }
 
+func (fixedScheme) failed() <-chan error { return nil }
+
 func (f fixedScheme) stop() error {
 	if f.link == nil {
 		return nil
@@ -324,11 +358,6 @@ func (f fixedScheme) stop() error {
 // startStatic shapes rtr's WAN with HTB and the line's framing at a
 // fraction of each direction's nominal rate, through autoshape's own actuator.
 func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, error) {
-	h, err := netns.GetFromName(top.Rtr)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
 	f := fixedScheme{}
 	const unlimited = 10e9
 	for _, d := range estimator.Directions {
@@ -337,14 +366,8 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 			f.rate[d] = unlimited
 		}
 	}
-	// The line's framing, as its owner would configure it.
-	framing := actuator.Framing{Overhead: cfg.Bottleneck.Overhead}
-	if cfg.Bottleneck.ATM {
-		framing.LinkLayer = actuator.ATM
-	}
-	f.link, err = actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: actuator.HTB, NetNS: int(h),
-		Down: uint64(f.rate[estimator.Down]), Up: uint64(f.rate[estimator.Up]), Framing: framing})
-	if err != nil {
+	var err error
+	if f.link, err = setupShaping(top, cfg, f.rate); err != nil {
 		return nil, err
 	}
 	for d := range f.rate {
@@ -355,11 +378,47 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 	return f, nil
 }
 
+// setupShaping shapes rtr's WAN with HTB and the line's framing, as its
+// owner would configure it, at the given rates (by estimator.Direction, in
+// bit/s), through autoshape's own actuator: the upload on the WAN's egress,
+// the download on its IFB.
+func setupShaping(top *Topology, cfg RunConfig, rates [2]float64) (*actuator.Link, error) {
+	h, err := netns.GetFromName(top.Rtr)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	framing := actuator.Framing{Overhead: cfg.Bottleneck.Overhead}
+	if cfg.Bottleneck.ATM {
+		framing.LinkLayer = actuator.ATM
+	}
+	return actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: actuator.HTB, NetNS: int(h),
+		Down: uint64(rates[estimator.Down]), Up: uint64(rates[estimator.Up]), Framing: framing})
+}
+
+// daemonBounds are each direction's bounds as the lab's daemon gets them:
+// those the simulator derives from the capacity, in whole kbit/s; a
+// direction without a capacity runs from 1 Mbit/s to 1 Gbit/s, resting at
+// the top.
+func daemonBounds(cfg RunConfig) [2]policies.Bounds {
+	var out [2]policies.Bounds
+	kbit := func(v float64) float64 { return math.Round(v/1000) * 1000 }
+	for _, d := range estimator.Directions {
+		b := policies.Bounds{Min: 1e6, Base: 1e9, Max: 1e9}
+		if cfg.Capacity[d] != nil {
+			b = sim.DefaultBounds(cfg.Capacity[d], cfg.Duration)
+		}
+		out[d] = policies.Bounds{Min: kbit(b.Min), Base: kbit(b.Base), Max: kbit(b.Max)}
+	}
+	return out
+}
+
 // WriteDaemonConfig writes into dir an autoshape configuration for rtr's
-// WAN: HTB with the line's framing, the run's budget, ICMP timestamps to srv's reflectors, and the
-// bounds the simulator derives from the capacities; it returns its path and
-// the base rates.
-func WriteDaemonConfig(top *Topology, cfg RunConfig, dir string) (string, [2]float64, error) {
+// WAN: HTB with the line's framing, the run's budget, the policy ("" leaves
+// the daemon's default, budget), ICMP timestamps to srv's reflectors, and
+// the bounds the simulator derives from the capacities; it returns its path
+// and the base rates.
+func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string, [2]float64, error) {
 	var bases [2]float64
 	conf := filepath.Join(dir, "autoshape.toml")
 	var refl []string
@@ -369,6 +428,9 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir string) (string, [2]flo
 	text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
 		"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = \"htb\"\nbudget = %q\n",
 		filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, cfg.Budget.String())
+	if policy != "" {
+		text += fmt.Sprintf("policy = %q\n", policy)
+	}
 	// The line's framing, as its owner would configure it.
 	if cfg.Bottleneck.ATM {
 		text += "link_layer = \"atm\"\n"
@@ -376,14 +438,10 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir string) (string, [2]flo
 	if cfg.Bottleneck.Overhead != 0 {
 		text += fmt.Sprintf("overhead = %d\n", cfg.Bottleneck.Overhead)
 	}
+	bounds := daemonBounds(cfg)
 	for _, d := range estimator.Directions {
 		section := map[estimator.Direction]string{estimator.Down: "download", estimator.Up: "upload"}[d]
-		var b policies.Bounds
-		if cfg.Capacity[d] == nil {
-			b.Min, b.Base, b.Max = 1e6, 1e9, 1e9
-		} else {
-			b = sim.DefaultBounds(cfg.Capacity[d], cfg.Duration)
-		}
+		b := bounds[d]
 		bases[d] = b.Base
 		text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
 	}
@@ -400,8 +458,8 @@ type daemonScheme struct {
 }
 
 // startDaemon runs `autoshape run` in rtr with the given configuration, or
-// one made from the capacities: HTB, the budget, srv's reflectors, bounds as
-// the simulator derives them.
+// one made from the capacities: HTB, the budget, the scheme's policy, srv's
+// reflectors, bounds as the simulator derives them.
 func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 	if cfg.Autoshape == "" {
 		return nil, errors.New("the autoshape scheme needs the autoshape binary")
@@ -412,7 +470,7 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 	}
 	ds := &daemonScheme{dir: dir}
 	conf := s.Config
-	gen, bounds, err := WriteDaemonConfig(top, cfg, dir)
+	gen, bounds, err := WriteDaemonConfig(top, cfg, dir, s.Policy)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -435,6 +493,8 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 	}
 	return ds, nil
 }
+
+func (ds *daemonScheme) failed() <-chan error { return nil }
 
 func (ds *daemonScheme) stop() error {
 	if os.Getenv("LINKLAB_KEEP") == "" {

@@ -10,6 +10,30 @@
 // not keep the queue short as they would on a sender's own interface), and
 // srv holds the reflector addresses and the load endpoints.
 //
+// A run (Run) puts a scheme on rtr's WAN: unshaped; static:FRACTION (HTB at
+// a fraction of the mean capacity, through autoshape's actuator);
+// autoshape[:CONFIG] (`autoshape run` in rtr, its rates from its decision
+// file); classic (the same daemon with policy = "classic"); or exec:COMMAND,
+// any other controller for a side-by-side comparison. For exec the lab sets
+// HTB up as for static, with the line's framing, at the base rates the daemon
+// would start from, then runs `sh -c COMMAND` in rtr in a process group of
+// its own, its output in command.log in its directory (kept with
+// LINKLAB_KEEP=1), with this environment:
+//
+//	LINKLAB_DOWN_IFACE   the download shaper's interface (the IFB, ifb4wan0)
+//	LINKLAB_UP_IFACE     the upload shaper's interface (rtr's WAN, wan0)
+//	LINKLAB_REFLECTORS   srv's reflector addresses, space separated
+//	LINKLAB_DOWN_MIN_KBIT, LINKLAB_DOWN_BASE_KBIT, LINKLAB_DOWN_MAX_KBIT
+//	LINKLAB_UP_MIN_KBIT, LINKLAB_UP_BASE_KBIT, LINKLAB_UP_MAX_KBIT
+//	                     the bounds in kbit/s (the shaping starts at base)
+//	LINKLAB_BUDGET_MS    the run's latency budget in ms
+//	LINKLAB_DIR          the command's working directory
+//
+// Its rates are read from HTB class 1:1 of each shaper every 100 ms. A
+// command that exits with an error during the run fails the run; at the end
+// its process group gets SIGTERM, SIGKILL 5 s later, and the shaping is
+// removed.
+//
 // The lab sets its namespaces up with iproute2 (it is a test instrument;
 // the product itself never runs ip or tc) and needs root.
 package lab
@@ -58,8 +82,8 @@ func Build(prefix string) (t *Topology, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab needs root: it creates network namespaces")
 	}
-	if prefix == "" || strings.ContainsAny(prefix, "/ \t") || len(prefix) > 8 {
-		return nil, fmt.Errorf("lab prefix %q: want 1 to 8 characters, no spaces or slashes", prefix)
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, err
 	}
 	if _, err := RemoveStale(prefix); err != nil {
 		return nil, err
@@ -122,6 +146,15 @@ func Build(prefix string) (t *Topology, err error) {
 		}
 	}
 	return t, nil
+}
+
+// CheckPrefix reports whether prefix can start the names of a lab's
+// namespaces: 1 to 8 characters, no spaces or slashes.
+func CheckPrefix(prefix string) error {
+	if prefix == "" || strings.ContainsAny(prefix, "/ \t\n") || len(prefix) > 8 {
+		return fmt.Errorf("lab prefix %q: want 1 to 8 characters, no spaces or slashes", prefix)
+	}
+	return nil
 }
 
 // Namespaces lists the lab's namespaces.

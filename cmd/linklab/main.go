@@ -3,6 +3,9 @@
 //
 //	linklab run --scenario step|dsl|lte [--trace-down FILE] [--trace-up FILE]
 //	            --scheme SCHEME [--scheme SCHEME ...] [--duration D] [--budget B] [--json]
+//	linklab sweep --scenario dsl --direction down|up|both [...]
+//
+// The schemes and the environment it reads are in the usage text.
 package main
 
 import (
@@ -29,10 +32,47 @@ import (
 const usage = `usage: linklab run --scenario step|dsl|lte --scheme SCHEME [--scheme SCHEME ...] [flags]
        linklab sweep --scenario dsl --direction down|up|both [--from F --to F --step F --hold D] [--json]
 
-schemes: unshaped, static:FRACTION (HTB in rtr at a fraction of the mean
-capacity), autoshape[:CONFIG] (the daemon in rtr; by default HTB, srv's
-reflectors and bounds derived from the capacities)
+schemes:
+  unshaped
+  static:FRACTION     HTB in rtr at a fraction of the mean capacity
+  autoshape[:CONFIG]  the daemon in rtr; by default HTB, srv's reflectors and
+                      bounds derived from the capacities
+  classic             the same daemon with policy = "classic" (cake-autorate's
+                      documented default rules)
+  exec:COMMAND        any other controller: HTB set up as for static at the
+                      daemon's base rates, then sh -c COMMAND in rtr with
+      LINKLAB_DOWN_IFACE   the download shaper's interface (the IFB)
+      LINKLAB_UP_IFACE     the upload shaper's interface (rtr's WAN)
+      LINKLAB_REFLECTORS   srv's reflector addresses, space separated
+      LINKLAB_DOWN_MIN_KBIT LINKLAB_DOWN_BASE_KBIT LINKLAB_DOWN_MAX_KBIT
+      LINKLAB_UP_MIN_KBIT   LINKLAB_UP_BASE_KBIT   LINKLAB_UP_MAX_KBIT
+                           the bounds in kbit/s (the shaping starts at base)
+      LINKLAB_BUDGET_MS    the latency budget in ms
+      LINKLAB_DIR          its working directory (its output: command.log)
+                      its rates are read from the shapers every 100 ms; at the
+                      end it gets SIGTERM (its process group), SIGKILL 5 s later
+
+environment:
+  LINKLAB_PREFIX  the start of the lab's namespace names (default aslab-, at
+                  most 8 characters); namespaces under it are removed first
+  LINKLAB_KEEP=1  keep the daemon's and the exec command's directories
 `
+
+// errInterrupted ends a command that SIGINT or SIGTERM stopped, after it
+// removed what it had set up.
+var errInterrupted = errors.New("interrupted: the lab is removed")
+
+// prefix is the lab's namespace prefix: LINKLAB_PREFIX or the default.
+func prefix() (string, error) {
+	p := os.Getenv("LINKLAB_PREFIX")
+	if p == "" {
+		return lab.DefaultPrefix, nil
+	}
+	if err := lab.CheckPrefix(p); err != nil {
+		return "", usageError{fmt.Errorf("LINKLAB_PREFIX: %w", err)}
+	}
+	return p, nil
+}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -56,6 +96,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
+	}
+	if errors.Is(err, errInterrupted) {
+		return 130
 	}
 	return 1
 }
@@ -193,7 +236,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck}
 	for _, s := range parsed {
-		if s.Name == "autoshape" {
+		if s.NeedsAutoshape() {
 			bin, err := findAutoshape(*autoshape)
 			if err != nil {
 				return usageError{err}
@@ -201,12 +244,16 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			cfg.Autoshape = bin
 		}
 	}
+	pfx, err := prefix()
+	if err != nil {
+		return err
+	}
 	if err := needRoot(); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	top, err := lab.Build(lab.DefaultPrefix)
+	top, err := lab.Build(pfx)
 	if err != nil {
 		return err
 	}
@@ -215,6 +262,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	for _, s := range parsed {
 		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *lf.name, sc.duration)
 		rs, err := lab.Run(ctx, top, cfg, s)
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -303,12 +353,16 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	pfx, err := prefix()
+	if err != nil {
+		return err
+	}
 	if err := needRoot(); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	top, err := lab.Build(lab.DefaultPrefix)
+	top, err := lab.Build(pfx)
 	if err != nil {
 		return err
 	}
@@ -339,7 +393,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	conf, _, err := lab.WriteDaemonConfig(top, cfg, dir)
+	conf, _, err := lab.WriteDaemonConfig(top, cfg, dir, "")
 	if err != nil {
 		return err
 	}
@@ -359,6 +413,9 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		return fmt.Errorf("autoshape sweep: %w", err)
 	}
 	return nil

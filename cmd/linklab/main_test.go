@@ -22,10 +22,27 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--trace-down", "/no/such/trace"}, "/no/such/trace"},
 		{[]string{"run", "--scheme", "autoshape", "--autoshape", "/no/such/autoshape"}, "--autoshape"},
 		{[]string{"run", "stray"}, `unexpected argument "stray"`},
+		{[]string{"run", "--scheme", "exec:"}, `scheme "exec:": want exec:COMMAND`},
+		{[]string{"run", "--scheme", "classic:x"}, `scheme "classic:x"`},
+		{[]string{"run", "--scheme", "classic", "--autoshape", "/no/such/autoshape"}, "--autoshape"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestBadPrefix: a LINKLAB_PREFIX the lab cannot use is a usage error,
+// found before anything is built.
+func TestBadPrefix(t *testing.T) {
+	for _, p := range []string{"much-too-long-", "a/b", "a b"} {
+		t.Setenv("LINKLAB_PREFIX", p)
+		for _, cmd := range []string{"run", "sweep"} {
+			var stderr bytes.Buffer
+			if code := run([]string{cmd, "--autoshape", "/bin/true"}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "LINKLAB_PREFIX") {
+				t.Errorf("%s with LINKLAB_PREFIX=%q: exit %d, stderr %q; want 2 naming LINKLAB_PREFIX", cmd, p, code, stderr.String())
+			}
 		}
 	}
 }

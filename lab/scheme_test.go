@@ -1,0 +1,105 @@
+package lab_test
+
+import (
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/sim"
+)
+
+func TestParseScheme(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    lab.Scheme
+		wantErr string
+	}{
+		{in: "unshaped", want: lab.Scheme{Name: "unshaped"}},
+		{in: "static:0.9", want: lab.Scheme{Name: "static:0.9", Fraction: 0.9}},
+		{in: "autoshape", want: lab.Scheme{Name: "autoshape"}},
+		{in: "autoshape:/etc/a.toml", want: lab.Scheme{Name: "autoshape", Config: "/etc/a.toml"}},
+		{in: "classic", want: lab.Scheme{Name: "classic", Policy: "classic"}},
+		{in: "exec:sleep 1000", want: lab.Scheme{Name: "exec", Command: "sleep 1000"}},
+		// Only the first colon separates the command.
+		{in: "exec:echo a:b; tc -s qdisc", want: lab.Scheme{Name: "exec", Command: "echo a:b; tc -s qdisc"}},
+		{in: "exec", wantErr: `scheme "exec": want exec:COMMAND`},
+		{in: "exec:", wantErr: `scheme "exec:": want exec:COMMAND`},
+		{in: "exec:  ", wantErr: `scheme "exec:  ": want exec:COMMAND`},
+		{in: "classic:/etc/a.toml", wantErr: `scheme "classic:/etc/a.toml": classic takes no argument`},
+		{in: "unshaped:", wantErr: `scheme "unshaped:": unshaped takes no argument`},
+		{in: "static:7", wantErr: `scheme "static:7": want static:FRACTION`},
+		{in: "static", wantErr: `scheme "static": want static:FRACTION`},
+		{in: "cake-autorate", wantErr: `scheme "cake-autorate": want unshaped, static:FRACTION, autoshape[:CONFIG], classic or exec:COMMAND`},
+		{in: "", wantErr: `scheme "": want`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := lab.ParseScheme(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseScheme(%q) error = %v, want it to contain %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseScheme(%q) failed: %v", tt.in, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseScheme(%q) (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+func TestNeedsAutoshape(t *testing.T) {
+	for in, want := range map[string]bool{"unshaped": false, "static:0.9": false, "autoshape": true, "classic": true, "exec:true": false} {
+		s, err := lab.ParseScheme(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.NeedsAutoshape(); got != want {
+			t.Errorf("%s: NeedsAutoshape() = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// TestWriteDaemonConfigPolicy: the policy goes into the generated
+// configuration as the daemon's policy key; without one the key is left out
+// (the daemon's default), and the bases are the bounds' whole kbit/s.
+func TestWriteDaemonConfigPolicy(t *testing.T) {
+	top := &lab.Topology{ReflectorAddrs: []netip.Addr{netip.MustParseAddr("10.91.4.1")}}
+	down, err := sim.ParseSchedule("20mbit@0s,5mbit@5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lab.RunConfig{Duration: 12 * time.Second, Budget: 15 * time.Millisecond}
+	cfg.Capacity[0] = down
+	for _, tt := range []struct {
+		policy, want string
+	}{{"", ""}, {"classic", "policy = \"classic\"\n"}} {
+		path, bases, err := lab.WriteDaemonConfig(top, cfg, t.TempDir(), tt.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if tt.want == "" && strings.Contains(text, "policy") {
+			t.Errorf("policy %q: the configuration names a policy:\n%s", tt.policy, text)
+		}
+		if !strings.Contains(text, tt.want) {
+			t.Errorf("policy %q: want %q in:\n%s", tt.policy, tt.want, text)
+		}
+		// The mean of 5 s at 20 and 7 s at 5 Mbit/s.
+		if bases != [2]float64{11250e3, 1e9} || !strings.Contains(text, `base = "11250kbit"`) {
+			t.Errorf("bases %v in:\n%s", bases, text)
+		}
+	}
+}
