@@ -26,6 +26,8 @@ func TestRunJSON(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	// Not the default prefix, which a manual linklab run may be using.
+	t.Setenv("LINKLAB_PREFIX", "asxj-")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"run", "--scenario", "dsl", "--scheme", "unshaped", "--duration", "6s", "--json"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
@@ -48,7 +50,7 @@ func TestRunJSON(t *testing.T) {
 		t.Logf("%s: goodput %.2f of %.2f Mbit/s, p95 %.1f ms", r.Direction, r.GoodputMbps, r.CapacityMbps, r.Delay.P95)
 	}
 	out, _ := exec.Command("ip", "netns", "list").Output()
-	if strings.Contains(string(out), "aslab-") {
+	if strings.Contains(string(out), "asxj-") {
 		t.Errorf("namespaces left behind:\n%s", out)
 	}
 }
@@ -67,6 +69,9 @@ func TestSweepDSL(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/autoshape/autoshape/cmd/autoshape").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
+	// Not the default prefix, which a manual linklab run may be using.
+	const prefix = "asxs-"
+	t.Setenv("LINKLAB_PREFIX", prefix)
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"sweep", "--scenario", "dsl", "--direction", "both", "--from", "0.8", "--to", "1", "--step", "0.1",
 		"--hold", "5s", "--autoshape", bin, "--json"}, &stdout, &stderr)
@@ -106,7 +111,7 @@ func TestSweepDSL(t *testing.T) {
 	}
 
 	// Static shaping at each recommendation, one direction loaded at a time.
-	top, err := lab.Build(lab.DefaultPrefix)
+	top, err := lab.Build(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +144,7 @@ func TestSweepDSL(t *testing.T) {
 	}
 	top.Close()
 	out, _ := exec.Command("ip", "netns", "list").Output()
-	if strings.Contains(string(out), "aslab-") {
+	if strings.Contains(string(out), prefix) {
 		t.Errorf("namespaces left behind:\n%s", out)
 	}
 }
