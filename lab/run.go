@@ -236,7 +236,14 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 			continue
 		}
 		dur := time.Duration(s.T[len(s.T)-1] * float64(time.Second))
-		var delays []float32 // one per probe interval, lost probes excluded
+		// One per probe interval, in its slot: a lost probe leaves NaN,
+		// which the scoring counts as over the budget in a reaction but
+		// leaves out of the percentiles.
+		every := time.Second / ProbeHz
+		delays := make([]float32, int(dur/every)+1)
+		for i := range delays {
+			delays[i] = float32(math.NaN())
+		}
 		bins := make([][]float64, len(s.T))
 		for _, p := range probes {
 			if p.Lost || p.Sent.Before(start) {
@@ -247,7 +254,9 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 				v = p.Up - base[d]
 			}
 			added := math.Max(float64(v)/1e6, 0)
-			delays = append(delays, float32(added))
+			if i := int(p.Sent.Sub(start) / every); i < len(delays) {
+				delays[i] = float32(added)
+			}
 			if i := int(p.Sent.Sub(start) / (100 * time.Millisecond)); i < len(bins) {
 				bins[i] = append(bins[i], added)
 			}
@@ -275,7 +284,7 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 		r.MeanRateMbps = round3(rateSum / float64(len(s.Rate)))
 		r.RateChanges = sh.changes(d)
 		r.Series = &s
-		sim.ScoreDelays(&r, delays, time.Second/ProbeHz, cfg.Capacity[d], cfg.Budget, dur, scheme.Name != "unshaped")
+		sim.ScoreDelays(&r, delays, every, cfg.Capacity[d], cfg.Budget, dur, scheme.Name != "unshaped")
 		r.Delay = sim.Delay{P50: round3(r.Delay.P50), P95: round3(r.Delay.P95), P99: round3(r.Delay.P99)}
 		r.OverBudget = round3(r.OverBudget)
 		out = append(out, r)

@@ -159,9 +159,12 @@ type Budget struct {
 	bloatRate float64       // the capacity seen at the last cut
 	prevBloat float64       // and at the one before
 	bloatAt   time.Time
-	achieved  float64   // achieved rate smoothed over about 200ms
-	overSince time.Time // the delay has been over Hold since
-	overShare float64   // share of the last ~5 s over the budget
+	dropAt    time.Time // the last capacity drop
+	// justDropped: the previous call was a capacity drop.
+	justDropped bool
+	achieved    float64   // achieved rate smoothed over about 200ms
+	overSince   time.Time // the delay has been over Hold since
+	overShare   float64   // share of the last ~5 s over the budget
 	// What got through while loaded: mean and variance over about 2 s, and
 	// the loaded time behind them in seconds (worn down by unloaded time).
 	loadedMean, loadedVar float64
@@ -311,6 +314,20 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// varied: a steady link varies by a few per cent, a cellular one by half.
 	// The history must hold at least a second of loaded time.
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
+	// The tick that saw the drop may still have carried some of the old
+	// rate. In the next one, if less gets through than the new rate allows,
+	// what gets through is the new capacity, measured cleanly: cut again if
+	// it is lower by more than a tenth. (Later, less getting through may as
+	// well be the senders backing off after their losses.)
+	refine := b.justDropped
+	b.justDropped = false
+	if refine && o.Load < c.Loaded && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
+		capacity := o.Achieved
+		b.prevBloat, b.bloatRate = capacity, capacity
+		b.bloatAt = in.Now
+		b.achieved = capacity
+		return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
+	}
 	if o.Load >= 0.8 || o.Backlog >= limitingBacklog {
 		w := math.Min(dt/2, 1)
 		if b.loadedTime == 0 {
@@ -341,6 +358,8 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.lastCut = in.Now
 	b.cutDelay = 0
 	b.bloatAt = in.Now
+	b.dropAt = in.Now
+	b.justDropped = true
 	b.achieved = capacity
 	return Proposal{Rate: in.Bounds.Clamp(capacity * c.MinCut), Reason: ReasonDrop}, true
 }
@@ -356,10 +375,14 @@ func (b *Budget) gentle(in Input) bool {
 }
 
 // steady reports whether the last two cuts, within Memory, agreed on the
-// capacity (within 10 %): the link shows a ceiling of its own.
+// capacity (within 10 %), or a capacity drop was measured within Memory:
+// the link shows a ceiling of its own.
 func (b *Budget) steady(now time.Time) bool {
 	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
+	}
+	if !b.dropAt.IsZero() && now.Sub(b.dropAt) < b.cfg.Memory {
+		return true
 	}
 	return math.Abs(b.bloatRate-b.prevBloat) <= 0.1*b.bloatRate
 }

@@ -1155,6 +1155,25 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			want:  then(steadyWant, drop),
 		},
 		{
+			// The tick of the fall still carried some of the old rate (24
+			// Mbit/s got through): the next one, with less getting through
+			// than the new rate allows, measures the capacity cleanly.
+			name: "a cleaner measure right after the fall cuts again",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 24e6, 24.0/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 12e6, achieved: 10e6, load: 10.0 / 12}),
+			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop}, drop),
+		},
+		{
+			// Later, less getting through may be the senders backing off.
+			name: "but only in the tick after the fall",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 24e6, 24.0/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 12e6, achieved: 12e6, load: 1},
+				budgetStep{at: 3150 * time.Millisecond, rate: 12e6, achieved: 10e6, load: 10.0 / 12}),
+			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop},
+				policies.Proposal{Rate: 12e6 * (1 + 2*0.05), Reason: reasonProbe}, // far under the 24 Mbit/s seen
+				policies.Proposal{Rate: 12e6, Reason: reasonHold}),
+		},
+		{
 			name:  "before the delay shows it",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.delta, s.bloat = millis(71.25), true })),
 			want:  then(steadyWant, drop),

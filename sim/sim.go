@@ -545,7 +545,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
 // ScoreDelays fills r's delay percentiles and over-budget fraction from an
-// independent probe's added delays in ms, one per every, and, when
+// independent probe's added delays in ms, one per every (NaN for a lost
+// probe: left out of the percentiles, over the budget in a reaction), and, when
 // reactions is set and the capacity is a schedule, the reaction to each of
 // its drops before dur (see Result.ReactionS). The simulator and the lab
 // score alike through it.
@@ -569,10 +570,10 @@ func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Tra
 }
 
 func delayStats(s []float32, budget float64) (Delay, float64) {
-	if len(s) == 0 {
+	sorted := slices.DeleteFunc(slices.Clone(s), func(v float32) bool { return v != v })
+	if len(sorted) == 0 {
 		return Delay{}, 0
 	}
-	sorted := slices.Clone(s)
 	slices.Sort(sorted)
 	q := func(p float64) float64 {
 		i := int(math.Ceil(p*float64(len(sorted)))) - 1
@@ -591,8 +592,11 @@ func reaction(s []float32, every, drop, end time.Duration, budget float64) (reac
 	hold := int(2000 / step)
 	okFrom := -1
 	for i := from; i < to; i++ {
-		worst = math.Max(worst, float64(s[i]))
-		if float64(s[i]) > budget {
+		lost := s[i] != s[i] // NaN: no answer, so not under the budget
+		if !lost {
+			worst = math.Max(worst, float64(s[i]))
+		}
+		if lost || float64(s[i]) > budget {
 			okFrom = -1
 			continue
 		}
@@ -618,7 +622,7 @@ func reaction(s []float32, every, drop, end time.Duration, budget float64) (reac
 
 func allUnder(s []float32, budget float64) bool {
 	for _, v := range s {
-		if float64(v) > budget {
+		if v != v || float64(v) > budget {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +233,31 @@ func BenchmarkSimulateHour(b *testing.B) {
 		n++
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(n), "s/simhour")
+}
+
+// ScoreDelays takes one delay per probe slot; a lost probe (NaN) is left
+// out of the percentiles but is not under the budget in a reaction.
+func TestScoreDelaysLostProbes(t *testing.T) {
+	nan := float32(math.NaN())
+	step := mustSchedule(t, "20mbit@0s,5mbit@1s")
+	every := 100 * time.Millisecond
+	// 1 s before the drop, then: over, under, lost, 2.5 s under.
+	delays := []float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 40, 2, nan}
+	for range 25 {
+		delays = append(delays, 2)
+	}
+	var r sim.Result
+	sim.ScoreDelays(&r, delays, every, step, 15*time.Millisecond, 3800*time.Millisecond, true)
+	if r.ReactionS == nil || *r.ReactionS != 0.3 {
+		t.Errorf("reaction_s = %v, want 0.3 (the lost probe is not under the budget)", r.ReactionS)
+	}
+	if len(r.WorstDelayMs) != 1 || r.WorstDelayMs[0] != 40 {
+		t.Errorf("worst delays %v, want [40]", r.WorstDelayMs)
+	}
+	if r.Delay.P99 != 40 || r.Delay.P50 != 2 {
+		t.Errorf("delays %+v: want p50 2 and p99 40 from the 37 answered probes", r.Delay)
+	}
+	if want := 1.0 / 37; math.Abs(r.OverBudget-want) > 1e-9 {
+		t.Errorf("over budget %v, want %v", r.OverBudget, want)
+	}
 }
