@@ -267,7 +267,12 @@ func (b *Budget) Next(in Input) Proposal {
 		}
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
-	if o.Load >= c.Loaded {
+	// Loaded: the traffic presses against the rate. Either nearly all the
+	// rate gets through, or our shaper holds a backlog while at least half
+	// gets through: with a short drop-tail queue (HTB's bfifo where the
+	// kernel lacks fq_codel) TCP may not fill the rate it is shaped to, yet
+	// it needs more.
+	if o.Load >= c.Loaded || (o.Backlog >= limitingBacklog && o.Load >= c.Loaded/2) {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
 		if b.gentle(in) {
