@@ -226,6 +226,35 @@ func baselines(s []ProbeSample) [2]time.Duration {
 	return b
 }
 
+// emptyProbeBytes is the size of a small probe packet on the wire, as the
+// simulator takes it for an empty queue's wait.
+const emptyProbeBytes = 100
+
+// emptyWait is how long, in ms, a small packet arriving at the bottleneck
+// at at (since the capacity's start) waits with no queue ahead of it, on the
+// link the lab emulates: the capacity's rate over each FollowEvery window,
+// where a window in which the capacity delivers nothing is silence (the
+// bottleneck's floor of 8 kbit/s is only there because HTB takes no zero
+// rate). Within a window the HTB spreads the window's bytes evenly, so the
+// wait is the packet's time at that rate, not the gap to the trace's next
+// delivery opportunity.
+func emptyWait(c *sim.Trace, at time.Duration) float64 {
+	win := FollowEvery.Milliseconds()
+	ms := at.Milliseconds()
+	for k := ms / win; k < ms/win+1200; k++ { // a minute at most
+		from := max(k*win, ms)
+		r := c.RateAt(k*win, win)
+		if r <= 0 {
+			continue
+		}
+		done := float64(from) + emptyProbeBytes*8*1000/r
+		if done <= float64((k+1)*win) {
+			return done - float64(ms)
+		}
+	}
+	return 0
+}
+
 // score turns a run's measurements into results.
 func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, series [2]sim.Series, received [2]int64, probes []ProbeSample, base [2]time.Duration) []sim.Result {
 	var out []sim.Result
@@ -249,11 +278,16 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 			if p.Lost || p.Sent.Before(start) {
 				continue
 			}
-			v := p.Down - base[d]
+			// The added delay, as the simulator counts it: beyond the
+			// baseline and beyond what an empty queue would have waited
+			// for the capacity to deliver a small packet at that instant
+			// (in a trace's silent stretch, that is nobody's queue).
+			v, at := p.Down-base[d], p.Sent.Sub(start)+p.Up
 			if d == estimator.Up {
-				v = p.Up - base[d]
+				v, at = p.Up-base[d], p.Sent.Sub(start)
 			}
-			added := math.Max(float64(v)/1e6, 0)
+			empty := emptyWait(cfg.Capacity[d], at)
+			added := math.Max(float64(v)/1e6-empty, 0)
 			if i := int(p.Sent.Sub(start) / every); i < len(delays) {
 				delays[i] = float32(added)
 			}
