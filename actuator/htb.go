@@ -13,7 +13,11 @@ import (
 )
 
 // Handles of the HTB tree autoshape builds, as tc prints them: the root
-// qdisc 1:, its only class 1:1 and the leaf qdisc 10: under that class.
+// qdisc 1:, the class 1:1 that holds the rate and, where the kernel has
+// fq_codel, the leaf qdisc 10: under that class. Without fq_codel class 1:1
+// has the priority split's classes 1:11 and 1:12 under it instead (see
+// htbsplit.go); a tree with a bfifo leaf 10: is what earlier versions built
+// there, and SetRate still resizes it.
 const (
 	htbRootHandle  uint32 = 0x0001_0000 // 1:
 	htbClassHandle uint32 = 0x0001_0001 // 1:1
@@ -59,9 +63,15 @@ func initClock() error {
 	return clockErr
 }
 
-// An htb is the fallback backend: a root HTB qdisc 1: whose default class
-// 1:1 holds the rate, with an fq_codel leaf 10: under it, or a short bfifo
-// where the kernel lacks fq_codel.
+// An htb is the fallback backend: a root HTB qdisc 1: whose class 1:1
+// holds the rate. Where the kernel has fq_codel, 1:1 is the default class
+// and fq_codel its leaf 10:, which isolates flows by itself. Where it has
+// not, 1:1 is the parent of a priority split (htbsplit.go): small packets
+// (TCP ACKs, probes, DNS) go by u32 filters to class 1:11, guaranteed 7/8
+// of the rate, with a bfifo of its own; the rest to the default class 1:12,
+// guaranteed 1/8, whose bfifo holds 5 ms of the rate and at least 4 full
+// frames. Both borrow up to the rate, and SetRate scales all three classes.
+// On someone else's HTB (attach mode) only class 1:1 is changed.
 //
 // HTB knows Ethernet and ATM framing. PTM (VDSL2's 64/65 coding) is not an
 // HTB link layer: with PTM framing the rate given to the kernel is scaled by
@@ -90,9 +100,11 @@ func newHTB(conn *tc.Tc, f Framing) *htb {
 // Kind returns "htb".
 func (h *htb) Kind() string { return "htb" }
 
-// Create builds root qdisc 1:, class 1:1 at bps and the leaf 10: on
-// ifindex. The kernel refuses it when the interface has a root qdisc other
-// than its default one; the error then wraps fs.ErrExist (unix.EEXIST).
+// Create builds root qdisc 1:, class 1:1 at bps and the fq_codel leaf 10:
+// on ifindex, or the priority split where the kernel has no fq_codel. The
+// kernel refuses it when the interface has a root qdisc other than its
+// default one; the error then wraps fs.ErrExist (unix.EEXIST). On any
+// failure it deletes what it had built.
 func (h *htb) Create(ifindex uint32, bps uint64) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -107,33 +119,78 @@ func (h *htb) Create(ifindex uint32, bps uint64) error {
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
+	err = h.buildFqCodel(ifindex, bytes)
+	if errors.Is(err, errNoFqCodel) {
+		// HTB's default class is fixed when the root is made, and it
+		// differs between the two trees: build the root again.
+		err = h.buildSplit(ifindex, bytes)
+	}
+	if err != nil {
+		return opErr(op, ifindex, err)
+	}
+	return nil
+}
+
+// errNoFqCodel says that the kernel lacks fq_codel, and that buildFqCodel
+// has deleted what it had built.
+var errNoFqCodel = errors.New("the kernel has no fq_codel")
+
+// buildFqCodel adds root 1: with default class 1:1, class 1:1 at bytes/s
+// and the fq_codel leaf 10:. On any failure it deletes the root again; it
+// returns errNoFqCodel when the kernel has no fq_codel and the root is
+// gone.
+func (h *htb) buildFqCodel(ifindex uint32, bytes uint64) error {
+	if err := h.addRoot(ifindex, htbClassHandle); err != nil {
+		return err
+	}
+	spec := htbRateSpec(h.framing)
+	if err := h.addClass(ifindex, htbClassHandle, htbRootHandle, htbClassOptions(bytes, spec, htbQuantum(bytes), 0)); err != nil {
+		return h.undo(ifindex, fmt.Errorf("failed to add class 1:1: %w", err))
+	}
+	msg := tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle}
+	limit, ecn := uint32(htbFqCodelLimit), uint32(1)
+	err := h.conn.Qdisc().Add(&tc.Object{Msg: msg, Attribute: tc.Attribute{
+		Kind: "fq_codel", FqCodel: &tc.FqCodel{Limit: &limit, ECN: &ecn},
+	}})
+	switch {
+	case err == nil:
+		return nil
+	// A kernel without the kind answers ENOENT ("Specified qdisc kind is
+	// unknown"); anything else is a real failure.
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP):
+		if derr := h.deleteRoot(ifindex); derr != nil {
+			return fmt.Errorf("the kernel has no fq_codel, and failed to delete the HTB to build it again without: %w", derr)
+		}
+		return errNoFqCodel
+	}
+	return h.undo(ifindex, fmt.Errorf("failed to add fq_codel leaf 10: %w", err))
+}
+
+// addRoot adds the root HTB qdisc 1: with default class defcls.
+func (h *htb) addRoot(ifindex, defcls uint32) error {
 	root := tc.Object{
 		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbRootHandle, Parent: tc.HandleRoot},
 		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{
-			Init: &tc.HtbGlob{Version: 3, Rate2Quantum: htbR2Q, Defcls: htbClassHandle & 0xffff},
+			Init: &tc.HtbGlob{Version: 3, Rate2Quantum: htbR2Q, Defcls: defcls & 0xffff},
 		}},
 	}
 	// Add, not Replace: the kernel itself refuses to override a root qdisc
 	// that is not the default one, with no window between check and write.
 	if err := h.conn.Qdisc().Add(&root); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return opErr(op, ifindex, fmt.Errorf("the interface already has a root qdisc: %w", err))
+			return fmt.Errorf("the interface already has a root qdisc: %w", err)
 		}
-		return opErr(op, ifindex, err)
-	}
-	spec := htbRateSpec(h.framing)
-	class := tc.Object{
-		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbClassHandle, Parent: htbRootHandle},
-		Attribute: tc.Attribute{Kind: "htb",
-			Htb: htbClassOptions(bytes, spec, htbQuantum(bytes), 0)},
-	}
-	if err := h.conn.Class().Add(&class); err != nil {
-		return opErr(op, ifindex, h.undo(ifindex, fmt.Errorf("failed to add class 1:1: %w", err)))
-	}
-	if err := h.addLeaf(ifindex, bytes); err != nil {
-		return opErr(op, ifindex, h.undo(ifindex, err))
+		return err
 	}
 	return nil
+}
+
+// addClass adds HTB class handle under parent with opts.
+func (h *htb) addClass(ifindex, handle, parent uint32, opts *tc.Htb) error {
+	return h.conn.Class().Add(&tc.Object{
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: handle, Parent: parent},
+		Attribute: tc.Attribute{Kind: "htb", Htb: opts},
+	})
 }
 
 // undo deletes a half-built tree after err.
@@ -142,31 +199,6 @@ func (h *htb) undo(ifindex uint32, err error) error {
 		return fmt.Errorf("%w (and failed to delete the partial HTB: %v)", err, derr)
 	}
 	return err
-}
-
-// addLeaf puts fq_codel under class 1:1, or a bfifo sized for bytes/s when
-// the kernel has no fq_codel.
-func (h *htb) addLeaf(ifindex uint32, bytes uint64) error {
-	msg := tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle}
-	limit, ecn := uint32(htbFqCodelLimit), uint32(1)
-	err := h.conn.Qdisc().Add(&tc.Object{Msg: msg, Attribute: tc.Attribute{
-		Kind: "fq_codel", FqCodel: &tc.FqCodel{Limit: &limit, ECN: &ecn},
-	}})
-	if err == nil {
-		return nil
-	}
-	// A kernel without the kind answers ENOENT ("Specified qdisc kind is
-	// unknown"); anything else is a real failure.
-	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EOPNOTSUPP) {
-		return fmt.Errorf("failed to add fq_codel leaf 10: %w", err)
-	}
-	err = h.conn.Qdisc().Add(&tc.Object{Msg: msg, Attribute: tc.Attribute{
-		Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: bfifoLimit(bytes)},
-	}})
-	if err != nil {
-		return fmt.Errorf("failed to add bfifo leaf 10: %w", err)
-	}
-	return nil
 }
 
 // Rate reads class 1:1's rate, in bit/s.
@@ -182,9 +214,11 @@ func (h *htb) Rate(ifindex uint32) (uint64, error) {
 
 // SetRate changes class 1:1's rate and ceiling to bps, keeping the class's
 // link layer, overhead, MPU, quantum and priority as the kernel holds them,
-// so that it also works on a class someone else built. It resizes the leaf
-// when that is autoshape's bfifo. It writes nothing when the kernel already
-// holds what it would write.
+// so that it also works on a class someone else built. Under autoshape's
+// priority split it also changes both children (their shares of bps, bps as
+// ceiling) and resizes the bulk bfifo; under a bfifo leaf 10: it resizes
+// that. It writes nothing when the kernel already holds what it would
+// write.
 func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -196,16 +230,21 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
-	class, err := h.class(ifindex)
+	classes, err := h.classes(ifindex)
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
-	old := class.Htb.Parms
-	quantum := old.Quantum
-	if quantum == 0 {
-		quantum = htbQuantum(bytes)
+	class, err := findClass(classes)
+	if err != nil {
+		return opErr(op, ifindex, err)
 	}
-	opts := htbClassOptions(bytes, old.Rate, quantum, old.Prio)
+	opts := keptOptions(class.Htb, bytes, bytes)
+	if children, ok := findSplit(classes); ok {
+		if err := h.setSplitRate(ifindex, bytes, class, opts, children); err != nil {
+			return opErr(op, ifindex, err)
+		}
+		return nil
+	}
 	if sameClassRate(class.Htb, opts) {
 		return nil
 	}
@@ -213,7 +252,7 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	// old rate and does both again. A leaf class reports its qdisc's
 	// handle in tcm_info; only a leaf autoshape made can be its bfifo.
 	if class.Info == htbLeafHandle {
-		if err := h.resizeLeaf(ifindex, bfifoLimit(bytes)); err != nil {
+		if err := h.resizeLeaf(ifindex, htbLeafHandle, htbClassHandle, bfifoLimit(bytes)); err != nil {
 			return opErr(op, ifindex, err)
 		}
 	}
@@ -227,35 +266,48 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	return nil
 }
 
-// resizeLeaf sets the bfifo leaf 10: to limit bytes; it leaves any other
-// kind of leaf alone.
-func (h *htb) resizeLeaf(ifindex uint32, limit uint32) error {
+// keptOptions are the options that give class c the rate and ceiling (in
+// bytes/s), keeping its link layer, overhead, MPU, quantum and priority as
+// the kernel holds them.
+func keptOptions(c *tc.Htb, rate, ceil uint64) *tc.Htb {
+	old := c.Parms
+	quantum := old.Quantum
+	if quantum == 0 {
+		quantum = htbQuantum(rate)
+	}
+	return htbChildOptions(rate, ceil, old.Rate, quantum, old.Prio)
+}
+
+// resizeLeaf sets the bfifo leaf qdisc handle under class parent to limit
+// bytes; it leaves any other kind of leaf alone.
+func (h *htb) resizeLeaf(ifindex, handle, parent, limit uint32) error {
 	qdiscs, err := h.conn.Qdisc().Get()
 	if err != nil {
 		return fmt.Errorf("failed to read qdiscs: %w", err)
 	}
 	for _, q := range qdiscs {
-		if q.Ifindex != ifindex || q.Handle != htbLeafHandle || q.Parent != htbClassHandle {
+		if q.Ifindex != ifindex || q.Handle != handle || q.Parent != parent {
 			continue
 		}
 		if q.Kind != "bfifo" || (q.Bfifo != nil && q.Bfifo.Limit == limit) {
 			return nil
 		}
 		err := h.conn.Qdisc().Change(&tc.Object{
-			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle},
+			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: handle, Parent: parent},
 			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: limit}},
 		})
 		if err != nil {
-			return fmt.Errorf("failed to resize bfifo leaf 10: to %d bytes: %w", limit, err)
+			return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(handle), limit, err)
 		}
 		return nil
 	}
 	return nil
 }
 
-// Stats reads the root HTB qdisc's counters. The root's drops include those
-// of the leaf's AQM (the kernel adds them up the tree), which class 1:1's
-// do not.
+// Stats reads the root HTB qdisc's counters. The kernel counts at the root
+// every packet that passes any of its leaves, and its backlog is what all
+// leaves hold; the root's drops include those of the leaves (a full bfifo,
+// fq_codel's AQM), which class 1:1's do not.
 func (h *htb) Stats(ifindex uint32) (Stats, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -326,10 +378,24 @@ func (h *htb) deleteRoot(ifindex uint32) error {
 
 // class reads HTB class 1:1 of ifindex.
 func (h *htb) class(ifindex uint32) (tc.Object, error) {
+	classes, err := h.classes(ifindex)
+	if err != nil {
+		return tc.Object{}, err
+	}
+	return findClass(classes)
+}
+
+// classes reads the traffic control classes of ifindex.
+func (h *htb) classes(ifindex uint32) ([]tc.Object, error) {
 	classes, err := h.conn.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex})
 	if err != nil {
-		return tc.Object{}, fmt.Errorf("failed to read classes: %w", err)
+		return nil, fmt.Errorf("failed to read classes: %w", err)
 	}
+	return classes, nil
+}
+
+// findClass returns HTB class 1:1 among classes.
+func findClass(classes []tc.Object) (tc.Object, error) {
 	for _, c := range classes {
 		if c.Handle == htbClassHandle && c.Kind == "htb" && c.Htb != nil && c.Htb.Parms != nil {
 			return c, nil
@@ -405,19 +471,7 @@ func bpsFromKernel(bytes uint64, ll LinkLayer) uint64 {
 // htbClassOptions are class 1:1's options at bytes/s with the framing of
 // spec: rate and ceiling equal, buffers of one burst.
 func htbClassOptions(bytes uint64, spec tc.RateSpec, quantum, prio uint32) *tc.Htb {
-	spec.Rate = uint32(min(bytes, math.MaxUint32))
-	buffer := core.XmitTime(bytes, burstBytes(bytes))
-	opts := &tc.Htb{Parms: &tc.HtbOpt{
-		Rate: spec, Ceil: spec,
-		Buffer: buffer, Cbuffer: buffer,
-		Quantum: quantum, Prio: prio,
-	}}
-	// Rates of 2^32 bytes/s and more go in 64-bit attributes, with the
-	// 32-bit fields saturated (as tc sends them).
-	if bytes > math.MaxUint32 {
-		opts.Rate64, opts.Ceil64 = &bytes, &bytes
-	}
-	return opts
+	return htbChildOptions(bytes, bytes, spec, quantum, prio)
 }
 
 // sameClassRate reports whether the class the kernel holds already has the
@@ -456,8 +510,8 @@ func htbQuantum(bytes uint64) uint32 {
 	return uint32(min(max(bytes/htbR2Q, htbMTU), htbMaxQuantum))
 }
 
-// bfifoLimit is the bfifo leaf's size at bytes/s: 5 ms of the rate, at
-// least two full frames.
+// bfifoLimit is the size of a bfifo leaf 10: at bytes/s, as earlier versions
+// built it: 5 ms of the rate, at least two full frames.
 func bfifoLimit(bytes uint64) uint32 {
 	return uint32(min(max(bytes*5/1000, 2*htbMTU), math.MaxUint32))
 }

@@ -5,12 +5,15 @@ package actuator
 import (
 	"errors"
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/florianl/go-tc"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // An htbLink is a veth pair between a router namespace, whose end (wan0)
@@ -62,31 +65,45 @@ func TestHTBLifecycle(t *testing.T) {
 	if err := h.Create(l.ifindex, 20_000_000); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	mustContain(t, "tc class show", l.tcShow(t, false, "class"), "class htb 1:1 root", "rate 20Mbit ceil 20Mbit")
-	// This kernel lacks fq_codel: the leaf is a bfifo of 5 ms at 20 Mbit/s.
+	// This kernel lacks fq_codel: the priority split, whose bulk leaf is a
+	// bfifo of 5 ms at 20 Mbit/s.
+	mustContain(t, "tc class show", l.tcShow(t, false, "class"),
+		"class htb 1:1 root rate 20Mbit ceil 20Mbit",
+		"class htb 1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
+		"class htb 1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit")
 	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"),
-		"qdisc htb 1: root", "default 0x1", "qdisc bfifo 10: parent 1:1 limit 12500b")
+		"qdisc htb 1: root", "default 0x12", "qdisc bfifo 12: parent 1:12 limit 12500b", "qdisc bfifo 11: parent 1:11 limit 17280b")
+	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"),
+		"protocol ip pref 1 u32", "*flowid 1:11", "match 00000000/0000ff00 at 0",
+		"protocol ipv6 pref 2 u32", "match 00000000/ff000000 at 4")
 	if err := h.Create(l.ifindex, 20_000_000); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("second Create: got %v, want an error wrapping fs.ErrExist", err)
 	}
 
 	for _, step := range []struct {
 		bps      uint64
-		class    string
+		classes  []string
 		bfifo    string
 		wantRate uint64
 	}{
-		{10_000_000, "rate 10Mbit ceil 10Mbit", "limit 6250b", 10_000_000},
+		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
+			"1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}, "limit 6250b", 10_000_000},
 		// The same rate again: nothing to write, Rate unchanged.
-		{10_000_000, "rate 10Mbit ceil 10Mbit", "limit 6250b", 10_000_000},
-		{123_000, "rate 123Kbit ceil 123Kbit", "limit 3028b", 123_000},
-		{20_000_000, "rate 20Mbit ceil 20Mbit", "limit 12500b", 20_000_000},
+		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit"}, "limit 6250b", 10_000_000},
+		// 123 kbit/s: the bulk bfifo keeps 4 full frames.
+		{123_000, []string{"1:1 root rate 123Kbit ceil 123Kbit", "1:11 parent 1:1 leaf 11: prio 0 rate 107632bit ceil 123Kbit",
+			"1:12 parent 1:1 leaf 12: prio 1 rate 15368bit ceil 123Kbit"}, "limit 6056b", 123_000},
+		{20_000_000, []string{"1:1 root rate 20Mbit ceil 20Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
+			"1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", 20_000_000},
 	} {
 		if err := h.SetRate(l.ifindex, step.bps); err != nil {
 			t.Fatalf("SetRate(%d): %v", step.bps, err)
 		}
-		mustContain(t, "tc class show", l.tcShow(t, false, "class"), step.class)
-		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 10: parent 1:1 "+step.bfifo)
+		classes := l.tcShow(t, false, "class")
+		for _, c := range step.classes {
+			mustContain(t, "tc class show", classes, "class htb "+c)
+		}
+		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 "+step.bfifo, "bfifo 11: parent 1:11 limit 17280b")
 		got, err := h.Rate(l.ifindex)
 		if err != nil {
 			t.Fatalf("Rate: %v", err)
@@ -125,6 +142,9 @@ func TestHTBLifecycle(t *testing.T) {
 	}
 	if got, want := l.tcShow(t, false, "qdisc"), "qdisc noqueue 0: root refcnt 2 \n"; got != want {
 		t.Errorf("tc qdisc show after Remove (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	if got := l.tcShow(t, false, "class") + l.tcShow(t, false, "filter"); got != "" {
+		t.Errorf("tc class and filter show after Remove: %q, want nothing", got)
 	}
 	if err := h.Remove(l.ifindex); err != nil {
 		t.Errorf("second Remove: %v", err)
@@ -299,4 +319,234 @@ func TestHTBErrors(t *testing.T) {
 		t.Errorf("Remove of a tbf root: got nil, want an error")
 	}
 	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "qdisc tbf 2: root")
+}
+
+// TestHTBSplitLikeIproute2 builds the priority split and, on a second veth,
+// the same tree with iproute2's tc: the kernel must hold the same leaves and
+// filters for both, so the filters go-tc encodes match what tc's
+// "match u16 0 0xff00 at 2" means.
+func TestHTBSplitLikeIproute2(t *testing.T) {
+	l := newHTBLink(t)
+	h := newHTB(testTC(t, l.ns), Framing{})
+	if err := h.Create(l.ifindex, 2_000_000); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	other := testEnd{NS: l.router.NS, Dev: "wan1"}
+	newTestVeth(t, other, testEnd{NS: l.router.NS, Dev: "isp1"})
+	tcDo := func(args ...string) {
+		runCmd(t, "tc", append([]string{"-n", other.NS}, args...)...)
+	}
+	tcDo("qdisc", "add", "dev", other.Dev, "root", "handle", "1:", "htb", "default", "12", "r2q", "10")
+	tcDo("class", "add", "dev", other.Dev, "parent", "1:", "classid", "1:1", "htb", "rate", "2mbit", "ceil", "2mbit")
+	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:11", "htb", "rate", "1750kbit", "ceil", "2mbit", "prio", "0")
+	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "250kbit", "ceil", "2mbit", "prio", "1")
+	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:11", "handle", "11:", "bfifo", "limit", "17280")
+	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:12", "handle", "12:", "bfifo", "limit", "6056")
+	tcDo("filter", "add", "dev", other.Dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+		"match", "u16", "0", "0xff00", "at", "2", "flowid", "1:11")
+	tcDo("filter", "add", "dev", other.Dev, "parent", "1:", "protocol", "ipv6", "prio", "2", "u32",
+		"match", "u16", "0", "0xff00", "at", "4", "flowid", "1:11")
+
+	for _, kind := range []string{"qdisc", "filter"} {
+		want := runCmd(t, "tc", "-n", other.NS, kind, "show", "dev", other.Dev)
+		got := l.tcShow(t, false, kind)
+		// direct_packets_stat counts what passed before the classes existed.
+		unstable := regexp.MustCompile(`direct_packets_stat \d+`)
+		want, got = unstable.ReplaceAllString(want, ""), unstable.ReplaceAllString(got, "")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("tc %s show: autoshape's (+) and iproute2's (-) differ:\n%s", kind, diff)
+		}
+	}
+	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"), "*flowid 1:11")
+}
+
+// TestHTBSplitRepair starts SetRate from the state a failure part-way
+// leaves, and from children someone changed: SetRate writes what differs.
+func TestHTBSplitRepair(t *testing.T) {
+	l := newHTBLink(t)
+	h := newHTB(testTC(t, l.ns), Framing{})
+	if err := h.Create(l.ifindex, 20_000_000); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	tcDo := func(args ...string) {
+		runCmd(t, "tc", append([]string{"-n", l.router.NS}, args...)...)
+	}
+	at10 := []string{"class htb 1:1 root rate 10Mbit ceil 10Mbit",
+		"class htb 1:11 parent 1:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
+		"class htb 1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}
+
+	// SetRate(10 Mbit/s) that failed before its last write, class 1:1:
+	// the bulk bfifo and both children are changed, the rate reads as
+	// 20 Mbit/s still.
+	tcDo("qdisc", "change", "dev", l.router.Dev, "parent", "1:12", "handle", "12:", "bfifo", "limit", "6250")
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:11", "htb", "rate", "8750kbit", "ceil", "10mbit", "prio", "0")
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "1250kbit", "ceil", "10mbit", "prio", "1")
+	if got, err := h.Rate(l.ifindex); err != nil || got != 20_000_000 {
+		t.Fatalf("Rate = %d, %v; want 20000000", got, err)
+	}
+	if err := h.SetRate(l.ifindex, 10_000_000); err != nil {
+		t.Fatalf("SetRate: %v", err)
+	}
+	mustContain(t, "tc class show", l.tcShow(t, false, "class"), at10...)
+	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 limit 6250b")
+
+	// A child changed behind autoshape's back, class 1:1 as it was: the
+	// same rate again puts the child back.
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "1mbit", "ceil", "1mbit", "prio", "1")
+	if err := h.SetRate(l.ifindex, 10_000_000); err != nil {
+		t.Fatalf("SetRate: %v", err)
+	}
+	mustContain(t, "tc class show", l.tcShow(t, false, "class"), at10...)
+}
+
+// classCounters reads the bytes and packets each HTB class of ifindex has
+// sent.
+func classCounters(t *testing.T, conn *tc.Tc, ifindex uint32) map[uint32]Stats {
+	t.Helper()
+	classes, err := conn.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex})
+	if err != nil {
+		t.Fatalf("failed to read classes: %v", err)
+	}
+	out := make(map[uint32]Stats)
+	for _, c := range classes {
+		if c.Stats != nil {
+			out[c.Handle] = statsFromTC(c.Stats)
+		}
+	}
+	return out
+}
+
+// TestHTBSplitClassifies sends IPv4 and IPv6 datagrams just below and at
+// the size limit and checks which class sent them, and that the root
+// qdisc's counters are the two classes' together.
+func TestHTBSplitClassifies(t *testing.T) {
+	l := newHTBLink(t)
+	for _, e := range []struct{ end testEnd }{{l.router}, {l.peer}} {
+		addr := "fd00:9::1/64"
+		if e.end == l.peer {
+			addr = "fd00:9::2/64"
+		}
+		runCmd(t, "ip", "-n", e.end.NS, "addr", "add", addr, "dev", e.end.Dev, "nodad")
+	}
+	conn := testTC(t, l.ns)
+	h := newHTB(conn, Framing{})
+	if err := h.Create(l.ifindex, 20_000_000); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	v4, v6 := l.peer.IP()+":9", "[fd00:9::2]:9"
+	// Resolve both neighbours first: ARP and neighbour discovery add
+	// packets of their own to the counters.
+	sendUDP(t, l.ns, v4, 1, 10, 0)
+	sendUDP(t, l.ns, v6, 1, 10, 0)
+	time.Sleep(100 * time.Millisecond)
+
+	for _, tt := range []struct {
+		name  string
+		dst   string
+		size  int // UDP payload
+		class uint32
+	}{
+		// IPv4: 20 + 8 + 227 = 255 bytes of total length.
+		{"IPv4 255 bytes", v4, 227, htbSparseClass},
+		{"IPv4 256 bytes", v4, 228, htbBulkClass},
+		{"IPv4 64 bytes", v4, 36, htbSparseClass},
+		{"IPv4 1500 bytes", v4, 1472, htbBulkClass},
+		// IPv6: payload length 8 + 247 = 255 bytes.
+		{"IPv6 payload 255 bytes", v6, 247, htbSparseClass},
+		{"IPv6 payload 256 bytes", v6, 248, htbBulkClass},
+		{"IPv6 payload 1000 bytes", v6, 992, htbBulkClass},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const n = 20
+			before := classCounters(t, conn, l.ifindex)
+			rootBefore, err := h.Stats(l.ifindex)
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			sendUDP(t, l.ns, tt.dst, n, tt.size, time.Millisecond)
+			var after map[uint32]Stats
+			var root Stats
+			// The root counts what both classes sent, and a packet that
+			// passed is counted at both.
+			ok := eventually(func() bool {
+				after = classCounters(t, conn, l.ifindex)
+				root, err = h.Stats(l.ifindex)
+				sent := after[htbSparseClass].Packets + after[htbBulkClass].Packets -
+					before[htbSparseClass].Packets - before[htbBulkClass].Packets
+				return err == nil && sent >= n && root.Backlog == 0 &&
+					root.Packets-rootBefore.Packets == sent &&
+					root.Bytes-rootBefore.Bytes == after[htbSparseClass].Bytes+after[htbBulkClass].Bytes-
+						before[htbSparseClass].Bytes-before[htbBulkClass].Bytes
+			})
+			if !ok {
+				t.Fatalf("root %+v (before %+v), classes %+v (before %+v), err %v: want %d packets more, counted alike",
+					root, rootBefore, after, before, err, n)
+			}
+			other := htbBulkClass
+			if tt.class == htbBulkClass {
+				other = htbSparseClass
+			}
+			// Besides the datagrams, an occasional packet of the
+			// namespace's own (neighbour discovery, MLD, ARP).
+			const stray = 2
+			if got := after[tt.class].Packets - before[tt.class].Packets; got < n || got > n+stray {
+				t.Errorf("class %s sent %d packets, want %d", handleString(tt.class), got, n)
+			}
+			if got := after[other].Packets - before[other].Packets; got > stray {
+				t.Errorf("class %s sent %d packets, want none of the %d", handleString(other), got, n)
+			}
+		})
+	}
+}
+
+// TestHTBSplitBacklog fills both leaves of a slow split and checks that the
+// root qdisc's backlog, which the daemon reads, is what they hold together.
+func TestHTBSplitBacklog(t *testing.T) {
+	l := newHTBLink(t)
+	conn := testTC(t, l.ns)
+	h := newHTB(conn, Framing{})
+	// ARP first, unshaped: at this rate its request would hold the
+	// datagrams back in the neighbour table.
+	sendUDP(t, l.ns, l.peer.IP()+":9", 1, 10, 0)
+	// 8 kbit/s: a full frame takes a second, so the leaves stay full
+	// while they are read.
+	if err := h.Create(l.ifindex, 8000); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	// More than the classes' bursts (a frame each) let through at once.
+	sendUDP(t, l.ns, l.peer.IP()+":9", 30, 100, 0)
+	sendUDP(t, l.ns, l.peer.IP()+":9", 6, 1000, 0)
+	var root, sparse, bulk tc.Stats
+	for range 5 {
+		// One dump: the root and its leaves from the same moment, unless
+		// a packet leaves in between; then read again.
+		qdiscs, err := conn.Qdisc().Get()
+		if err != nil {
+			t.Fatalf("failed to read qdiscs: %v", err)
+		}
+		for _, q := range qdiscs {
+			if q.Ifindex != l.ifindex || q.Stats == nil {
+				continue
+			}
+			switch q.Handle {
+			case htbRootHandle:
+				root = *q.Stats
+			case htbSparseLeaf:
+				sparse = *q.Stats
+			case htbBulkLeaf:
+				bulk = *q.Stats
+			}
+		}
+		if root.Backlog == sparse.Backlog+bulk.Backlog {
+			break
+		}
+	}
+	if sparse.Backlog == 0 || bulk.Backlog == 0 || root.Backlog != sparse.Backlog+bulk.Backlog {
+		t.Errorf("backlog: root %d bytes, sparse leaf %d, bulk leaf %d; want both leaves holding packets and the root their sum",
+			root.Backlog, sparse.Backlog, bulk.Backlog)
+	}
+	s, err := h.Stats(l.ifindex)
+	if err != nil || s.Backlog == 0 {
+		t.Errorf("Stats = %+v, %v; want a backlog", s, err)
+	}
 }

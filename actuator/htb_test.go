@@ -1,8 +1,11 @@
 package actuator
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,5 +239,204 @@ func TestOpErr(t *testing.T) {
 	}
 	if got := linkErr("read IFB", "ifb4wan", unix.EPERM).Error(); !strings.Contains(got, `"ifb4wan"`) || !strings.Contains(got, "CAP_NET_ADMIN") {
 		t.Errorf("linkErr: %q lacks the name or the capability", got)
+	}
+}
+
+func TestHTBSplitSizes(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		bytes uint64
+		// Want the sparse and bulk classes' rates in bytes/s and the bulk
+		// bfifo's limit in bytes.
+		sparse, bulk uint64
+		bulkLimit    uint32
+	}{
+		// The lowest rate: half each, both above zero.
+		{"8 kbit/s", 1000, 500, 500, 6056},
+		// Below 64 kbit/s the bulk class keeps 8 kbit/s.
+		{"32 kbit/s", 4000, 3000, 1000, 6056},
+		{"64 kbit/s", 8000, 7000, 1000, 6056},
+		{"128 kbit/s", 16_000, 14_000, 2000, 6056},
+		// The lab's ADSL upload: 4 frames are 22 ms, 5 ms would be 1375 bytes.
+		{"2.2 Mbit/s", 275_000, 240_625, 34_375, 6056},
+		// 5 ms takes over from 4 frames at 9.69 Mbit/s.
+		{"9 Mbit/s", 1_125_000, 984_375, 140_625, 6056},
+		{"10 Mbit/s", 1_250_000, 1_093_750, 156_250, 6250},
+		{"100 Mbit/s", 12_500_000, 10_937_500, 1_562_500, 62_500},
+		{"40 Gbit/s", 5_000_000_000, 4_375_000_000, 625_000_000, 25_000_000},
+		{"largest", math.MaxUint64 / 1000, math.MaxUint64/1000 - math.MaxUint64/1000/8, math.MaxUint64 / 1000 / 8, math.MaxUint32},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := [2]htbChild{
+				{name: "sparse", class: htbSparseClass, leaf: htbSparseLeaf, prio: 0, rate: tt.sparse, fifoLimit: 17_280},
+				{name: "bulk", class: htbBulkClass, leaf: htbBulkLeaf, prio: 1, rate: tt.bulk, fifoLimit: tt.bulkLimit},
+			}
+			if diff := cmp.Diff(want, htbSplit(tt.bytes), cmp.AllowUnexported(htbChild{})); diff != "" {
+				t.Errorf("split (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The children's rates add up to the parent's, and neither is ever
+	// below half the lowest rate; the sparse class gets the larger share.
+	for bytes := uint64(minHTBRate / 8); bytes < 2_000_000; bytes += 997 {
+		sparse, bulk := htbSplitRates(bytes)
+		if sparse+bulk != bytes || sparse < minHTBRate/16 || bulk < minHTBRate/16 || sparse < bulk {
+			t.Fatalf("htbSplitRates(%d) = %d, %d", bytes, sparse, bulk)
+		}
+	}
+}
+
+func TestHTBChildOptions(t *testing.T) {
+	if err := initClock(); err != nil {
+		t.Fatal(err)
+	}
+	tick := core.GetTickInUSec()
+	spec := tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44}
+	u64 := func(v uint64) *uint64 { return &v }
+	for _, tt := range []struct {
+		name       string
+		rate, ceil uint64
+		want       *tc.Htb
+		// Want buffer and cbuffer in µs: one burst at the rate and at
+		// the ceiling.
+		bufferUS, cbufferUS float64
+	}{
+		{
+			// The bulk class at 20 Mbit/s: one frame at 2.5 Mbit/s,
+			// 1 ms at 20 Mbit/s.
+			name: "bulk at 20 Mbit/s", rate: 312_500, ceil: 2_500_000,
+			want: &tc.Htb{Parms: &tc.HtbOpt{
+				Rate:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: 312_500},
+				Ceil:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: 2_500_000},
+				Quantum: 31_250, Prio: 0,
+			}},
+			bufferUS: 1514e6 / 312_500, cbufferUS: 1000,
+		},
+		{
+			// 40 Gbit/s: only the ceiling needs the 64-bit attribute.
+			name: "bulk at 40 Gbit/s", rate: 625_000_000, ceil: 5_000_000_000,
+			want: &tc.Htb{
+				Parms: &tc.HtbOpt{
+					Rate:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: 625_000_000},
+					Ceil:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: math.MaxUint32},
+					Quantum: 31_250, Prio: 0,
+				},
+				Ceil64: u64(5_000_000_000),
+			},
+			bufferUS: 1000, cbufferUS: 1000,
+		},
+		{
+			name: "sparse at 40 Gbit/s", rate: 4_375_000_000, ceil: 5_000_000_000,
+			want: &tc.Htb{
+				Parms: &tc.HtbOpt{
+					Rate:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: math.MaxUint32},
+					Ceil:    tc.RateSpec{Linklayer: tcLinkLayerATM, Overhead: 44, Rate: math.MaxUint32},
+					Quantum: 31_250, Prio: 0,
+				},
+				Rate64: u64(4_375_000_000), Ceil64: u64(5_000_000_000),
+			},
+			bufferUS: 1000, cbufferUS: 1000,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := htbChildOptions(tt.rate, tt.ceil, spec, 31_250, 0)
+			for _, b := range []struct {
+				name  string
+				ticks *uint32
+				us    float64
+			}{{"buffer", &got.Parms.Buffer, tt.bufferUS}, {"cbuffer", &got.Parms.Cbuffer, tt.cbufferUS}} {
+				// The time is rounded down to whole µs: allow 1 µs less.
+				if d := b.us*tick - float64(*b.ticks); d < 0 || d > 2*tick {
+					t.Errorf("%s %d ticks, want %.0f (%.0f µs)", b.name, *b.ticks, b.us*tick, b.us)
+				}
+				*b.ticks = 0
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if r, c := classRate(got), classCeil(got); r != tt.rate || c != tt.ceil {
+				t.Errorf("classRate, classCeil = %d, %d; want %d, %d", r, c, tt.rate, tt.ceil)
+			}
+		})
+	}
+}
+
+// TestFindSplit tells autoshape's priority split from other trees under
+// class 1:1.
+func TestFindSplit(t *testing.T) {
+	htbClass := func(handle, parent, leaf uint32) tc.Object {
+		return tc.Object{
+			Msg:       tc.Msg{Handle: handle, Parent: parent, Info: leaf},
+			Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{Parms: &tc.HtbOpt{}}},
+		}
+	}
+	top := htbClass(htbClassHandle, tc.HandleRoot, 0)
+	sparse := htbClass(htbSparseClass, htbClassHandle, htbSparseLeaf)
+	bulk := htbClass(htbBulkClass, htbClassHandle, htbBulkLeaf)
+	for _, tt := range []struct {
+		name    string
+		classes []tc.Object
+		want    bool
+	}{
+		{"split", []tc.Object{top, bulk, sparse}, true},
+		{"single class", []tc.Object{htbClass(htbClassHandle, tc.HandleRoot, htbLeafHandle)}, false},
+		{"sparse class only", []tc.Object{top, sparse}, false},
+		{
+			// sqm-scripts' simple.qos: 1:11 to 1:13 with leaves 110: to 130:.
+			name: "simple.qos",
+			classes: []tc.Object{top,
+				htbClass(htbSparseClass, htbClassHandle, 0x0110_0000),
+				htbClass(htbBulkClass, htbClassHandle, 0x0120_0000),
+				htbClass(0x0001_0013, htbClassHandle, 0x0130_0000)},
+			want: false,
+		},
+		{"children of another parent", []tc.Object{top,
+			htbClass(htbSparseClass, 0x0001_0002, htbSparseLeaf),
+			htbClass(htbBulkClass, 0x0001_0002, htbBulkLeaf)}, false},
+		{"inner classes", []tc.Object{top,
+			htbClass(htbSparseClass, htbClassHandle, 0),
+			htbClass(htbBulkClass, htbClassHandle, 0)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			children, ok := findSplit(tt.classes)
+			if ok != tt.want {
+				t.Fatalf("findSplit: ok %t, want %t", ok, tt.want)
+			}
+			if ok && (children[0].Handle != htbSparseClass || children[1].Handle != htbBulkClass) {
+				t.Errorf("findSplit: classes %s, %s; want 1:11, 1:12",
+					handleString(children[0].Handle), handleString(children[1].Handle))
+			}
+		})
+	}
+}
+
+// TestSparseFilterKeys checks the u32 keys as go-tc writes them (the struct
+// in host order) against struct tc_u32_key as iproute2 sends it for
+// "match u16 0 0xff00 at 2" and "at 4": mask and value in network byte
+// order, the offset of the 32-bit word in host order.
+func TestSparseFilterKeys(t *testing.T) {
+	off := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+	for i, want := range [][]byte{
+		slices.Concat([]byte{0, 0, 0xff, 0}, []byte{0, 0, 0, 0}, off(0), off(0)),
+		slices.Concat([]byte{0xff, 0, 0, 0}, []byte{0, 0, 0, 0}, off(4), off(0)),
+	} {
+		var got bytes.Buffer
+		if err := binary.Write(&got, binary.NativeEndian, sparseFilterSpecs[i].key); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got.Bytes()); diff != "" {
+			t.Errorf("%s key (-want +got):\n%s", sparseFilterSpecs[i].name, diff)
+		}
+	}
+}
+
+func TestHandleString(t *testing.T) {
+	for h, want := range map[uint32]string{
+		htbRootHandle: "1:", htbClassHandle: "1:1", htbSparseClass: "1:11",
+		htbBulkClass: "1:12", htbLeafHandle: "10:", htbBulkLeaf: "12:",
+	} {
+		if got := handleString(h); got != want {
+			t.Errorf("handleString(%#x) = %q, want %q", h, got, want)
+		}
 	}
 }

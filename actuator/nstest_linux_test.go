@@ -125,18 +125,22 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 }
 
 // sendUDP sends n datagrams of size bytes of payload from a socket in ns
-// to dst (host:port), one every gap.
+// to dst (host:port, IPv4 or IPv6), one every gap.
 func sendUDP(tb testing.TB, ns netns.NsHandle, dst string, n, size int, gap time.Duration) {
 	tb.Helper()
+	network := "udp4"
+	if strings.Contains(dst, "[") {
+		network = "udp6"
+	}
 	err := inNS(ns, func() error {
 		// The socket belongs to the namespace it was made in. Unconnected,
 		// so that the ICMP "port unreachable" answers do not fail writes.
-		conn, err := net.ListenPacket("udp4", ":0")
+		conn, err := net.ListenPacket(network, ":0")
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		addr, err := net.ResolveUDPAddr("udp4", dst)
+		addr, err := net.ResolveUDPAddr(network, dst)
 		if err != nil {
 			return err
 		}
