@@ -3,10 +3,15 @@
 package actuator
 
 import (
+	"encoding/binary"
 	"errors"
 	"io/fs"
+	"net"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -548,5 +553,238 @@ func TestHTBSplitBacklog(t *testing.T) {
 	s, err := h.Stats(l.ifindex)
 	if err != nil || s.Backlog == 0 {
 		t.Errorf("Stats = %+v, %v; want a backlog", s, err)
+	}
+}
+
+// listenUDP opens a UDP socket in ns on addr, closed when t ends.
+func listenUDP(t *testing.T, ns netns.NsHandle, addr string) *net.UDPConn {
+	t.Helper()
+	var conn *net.UDPConn
+	err := inNS(ns, func() error {
+		a, err := net.ResolveUDPAddr("udp4", addr)
+		if err != nil {
+			return err
+		}
+		conn, err = net.ListenUDP("udp4", a)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failed to listen on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// startFlood sends datagrams of size bytes of payload from the router's
+// end to a sink at the peer, perSecond of them a second in bursts every
+// 5 ms, until the returned function is called.
+func startFlood(t *testing.T, l htbLink, size int, perSecond float64) (stop func()) {
+	t.Helper()
+	sink := listenUDP(t, l.peerNS, l.peer.IP()+":0")
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := sink.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	src := listenUDP(t, l.ns, l.router.IP()+":0")
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		const every = 5 * time.Millisecond
+		payload := make([]byte, size)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		start, sent := time.Now(), 0
+		for {
+			// As many as are due: a late tick does not lower the rate.
+			for due := int(time.Since(start).Seconds() * perSecond); sent < due; sent++ {
+				// Drops at a full queue are the point; errors are not.
+				src.WriteToUDP(payload, sink.LocalAddr().(*net.UDPAddr))
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// probeUnderLoad floods the link from the router's end with 1400-byte
+// datagrams at about twice rate bytes/s, and meanwhile sends n 64-byte UDP
+// probes to an echo at the peer. It returns the probes' round-trip times,
+// sorted, lost ones as an hour.
+func probeUnderLoad(t *testing.T, l htbLink, rate float64, n int) []time.Duration {
+	t.Helper()
+	echo := listenUDP(t, l.peerNS, l.peer.IP()+":0")
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			k, from, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteToUDP(buf[:k], from)
+		}
+	}()
+	probe := listenUDP(t, l.ns, l.router.IP()+":0")
+	defer startFlood(t, l, 1400, 2*rate/1400)()
+	// Let the flood fill the queue before the first probe.
+	time.Sleep(300 * time.Millisecond)
+
+	rtts := make([]time.Duration, n)
+	for i := range rtts {
+		rtts[i] = time.Hour
+	}
+	var mu sync.Mutex
+	sent := make([]time.Time, n)
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		buf := make([]byte, 2048)
+		for {
+			k, err := probe.Read(buf)
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			if k != 64 {
+				continue
+			}
+			i := int(binary.BigEndian.Uint32(buf))
+			mu.Lock()
+			if i < n && !sent[i].IsZero() {
+				rtts[i] = now.Sub(sent[i])
+			}
+			mu.Unlock()
+		}
+	}()
+	payload := make([]byte, 64)
+	for i := range n {
+		binary.BigEndian.PutUint32(payload, uint32(i))
+		mu.Lock()
+		sent[i] = time.Now()
+		mu.Unlock()
+		if _, err := probe.WriteToUDP(payload, echo.LocalAddr().(*net.UDPAddr)); err != nil {
+			t.Fatalf("probe %d: %v", i, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Stragglers: more than the deepest queue takes to drain.
+	time.Sleep(200 * time.Millisecond)
+	probe.Close()
+	<-received
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(rtts)
+	return rtts
+}
+
+// TestHTBSplitShares floods a 2 Mbit/s link with bulk datagrams and small
+// ones at 40 % of the rate together, as a download's ACKs would load a slow
+// upload: the small ones all pass (more than a sparse class of R/8 would
+// let through), and the bulk class keeps its eighth of the rate.
+func TestHTBSplitShares(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: sends for seconds")
+	}
+	const bps = 2_000_000
+	rate := float64(bps / 8)
+	l := newHTBLink(t)
+	conn := testTC(t, l.ns)
+	h := newHTB(conn, Framing{})
+	if err := h.Create(l.ifindex, bps); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	// Small frames: 64 bytes of payload, 106 on the wire.
+	const smallFrame, bulkFrame = 64 + 8 + 20 + 14, 1400 + 8 + 20 + 14
+	stopBulk := startFlood(t, l, 1400, 2*rate/bulkFrame)
+	time.Sleep(200 * time.Millisecond)
+	before := classCounters(t, conn, l.ifindex)
+	stopSmall := startFlood(t, l, 64, 0.4*rate/smallFrame)
+	const period = 2 * time.Second
+	time.Sleep(period)
+	stopSmall()
+	after := classCounters(t, conn, l.ifindex)
+	stopBulk()
+
+	sparse, bulk := after[htbSparseClass], after[htbBulkClass]
+	sparse.Packets -= before[htbSparseClass].Packets
+	sparse.Bytes -= before[htbSparseClass].Bytes
+	bulk.Bytes -= before[htbBulkClass].Bytes
+	t.Logf("in %v: sparse class %d packets, %.0f kbit/s; bulk class %.0f kbit/s",
+		period, sparse.Packets, float64(sparse.Bytes)*8/period.Seconds()/1000, float64(bulk.Bytes)*8/period.Seconds()/1000)
+	// The sender's own timing varies; the class must have passed what
+	// came, far more than R/8 (a quarter of what was sent), and dropped
+	// nothing.
+	if want := 0.4 * rate / smallFrame * period.Seconds() * 0.7; float64(sparse.Packets) < want {
+		t.Errorf("the sparse class sent %d small packets, want at least %.0f", sparse.Packets, want)
+	}
+	if d := after[htbSparseClass].Drops; d != 0 {
+		t.Errorf("the sparse class dropped %d packets, want none", d)
+	}
+	if want := rate / 8 * period.Seconds() * 0.8; float64(bulk.Bytes) < want {
+		t.Errorf("the bulk class sent %d bytes, want at least %.0f (an eighth of the rate)", bulk.Bytes, want)
+	}
+}
+
+// TestHTBSplitSparseDelay floods a 2 Mbit/s link with bulk datagrams and
+// measures the delay of small probes through it: under the split they pass
+// the bulk queue, through one bfifo of the same depth they wait behind it.
+func TestHTBSplitSparseDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: measures delays for seconds")
+	}
+	const bps, probes = 2_000_000, 30
+	rate := float64(bps / 8)
+	l := newHTBLink(t)
+	h := newHTB(testTC(t, l.ns), Framing{})
+	if err := h.Create(l.ifindex, bps); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	split := probeUnderLoad(t, l, rate, probes)
+	stats, err := h.Stats(l.ifindex)
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	if stats.Drops == 0 {
+		t.Errorf("Stats %+v: the flood dropped nothing, want it to have overfilled the bulk queue", stats)
+	}
+
+	// The same rate and bulk depth as one class with one bfifo, as the
+	// backend built it before the split.
+	if err := h.Remove(l.ifindex); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	depth := bulkFifoLimit(uint64(rate))
+	tcDo := func(args ...string) {
+		runCmd(t, "tc", append([]string{"-n", l.router.NS}, args...)...)
+	}
+	tcDo("qdisc", "add", "dev", l.router.Dev, "root", "handle", "1:", "htb", "default", "1")
+	tcDo("class", "add", "dev", l.router.Dev, "parent", "1:", "classid", "1:1", "htb", "rate", "2mbit", "ceil", "2mbit")
+	tcDo("qdisc", "add", "dev", l.router.Dev, "parent", "1:1", "handle", "10:", "bfifo", "limit", strconv.Itoa(int(depth)))
+	fifo := probeUnderLoad(t, l, rate, probes)
+
+	median := func(d []time.Duration) time.Duration { return d[len(d)/2] }
+	t.Logf("probe RTTs under a flood at 2 Mbit/s: split median %v (max %v), one bfifo of %d bytes median %v",
+		median(split), split[len(split)-1], depth, median(fifo))
+	// The bfifo holds its depth at the rate: the load worked only if the
+	// probes waited for a good part of it there.
+	full := time.Duration(float64(depth) / rate * float64(time.Second))
+	if median(fifo) < full/2 {
+		t.Fatalf("through one bfifo the probes' median is %v, want at least %v: the flood did not fill the queue", median(fifo), full/2)
+	}
+	if lost := slices.Index(split, time.Hour); lost >= 0 && lost < probes*4/5 {
+		t.Errorf("under the split %d of %d probes were lost", probes-lost, probes)
+	}
+	if median(split) > median(fifo)/2 {
+		t.Errorf("probes' median RTT under the split %v, want less than half of %v through one bfifo", median(split), median(fifo))
 	}
 }
