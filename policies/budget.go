@@ -145,7 +145,8 @@ func (c BudgetConfig) Validate() error {
 //     grow into the budget. An ease marks a ceiling as a cut does.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
 //     headroom left below Hold and slowed by the share of recent time spent
-//     over the budget; within 10 % of a ceiling the link has shown twice
+//     over the budget, and not past 90 % of a ceiling the link has shown
+//     twice in one step; within 10 % of that ceiling
 //     (two cuts or eases that agreed, within Memory) only by GentleStep per
 //     second, growing with the time t since the last one as 1 + t²/4 (as
 //     CUBIC probes past its last window), and with Hold lowered to half,
@@ -283,6 +284,10 @@ func (b *Budget) Next(in Input) Proposal {
 			step = math.Min(step, c.GentleStep*(1+since*since/4))
 		}
 		next := rate * (1 + step*headroom*dt)
+		if edge := 0.9 * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {
+			// Fast up to the ceiling's zone, not past its edge in one step.
+			next = math.Min(next, edge)
+		}
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
 	// Traffic that does not press against the rate: if it is substantial, it
@@ -376,7 +381,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 // on a link whose capacity moves, such as a cellular one, the last ceiling
 // says little about the next.
 func (b *Budget) gentle(in Input) bool {
-	return b.steady(in.Now) && in.Rate >= 0.9*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+	// The zone starts a little under 90 %, so that a rate the fast rise
+	// stopped at its edge is in it, however the controller rounded it.
+	return b.steady(in.Now) && in.Rate >= 0.89*b.bloatRate && in.Rate <= 1.1*b.bloatRate
 }
 
 // steady reports whether the last two cuts, within Memory, agreed on the

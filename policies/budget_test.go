@@ -600,6 +600,11 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
 		},
 		{
+			name:  "but not past the ceiling's zone in one step",
+			steps: after(ceiling, probe(628*time.Millisecond, 35e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
+		},
+		{
 			name:  "fast more than 10 % above the ceiling",
 			steps: after(ceiling, probe(628*time.Millisecond, 45e6)),
 			want:  then(ceilingCuts, policies.Proposal{Rate: 54e6, Reason: reasonProbe}),

@@ -202,6 +202,9 @@ type Result struct {
 	Reactions []float64 `json:"reactions_s,omitempty"`
 	// WorstDelayMs is the largest added delay after each drop.
 	WorstDelayMs []float64 `json:"worst_delay_ms,omitempty"`
+	// SteadyDelay is the added delay outside the reaction windows (from each
+	// drop until its reaction ends), when there are drops.
+	SteadyDelay *Delay `json:"steady_delay_ms,omitempty"`
 	// MeanRateMbps is the shaper's mean rate (0 when unshaped).
 	MeanRateMbps float64 `json:"mean_rate_mbps"`
 	RateChanges  int     `json:"rate_changes"`
@@ -566,6 +569,19 @@ func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Tra
 	if len(r.Reactions) > 0 {
 		worst := slices.Max(r.Reactions)
 		r.ReactionS = &worst
+		steady := slices.Clone(delays)
+		for i, drop := range capacity.Drops() {
+			if i >= len(r.Reactions) {
+				break
+			}
+			from := int(drop / every)
+			to := min(from+int(math.Ceil(r.Reactions[i]*float64(time.Second)/float64(every))), len(steady))
+			for j := from; j < to; j++ {
+				steady[j] = float32(math.NaN())
+			}
+		}
+		d, _ := delayStats(steady, ms(budget))
+		r.SteadyDelay = &Delay{round3(d.P50), round3(d.P95), round3(d.P99)}
 	}
 }
 

@@ -257,6 +257,9 @@ func TestScoreDelaysLostProbes(t *testing.T) {
 	if r.Delay.P99 != 40 || r.Delay.P50 != 2 {
 		t.Errorf("delays %+v: want p50 2 and p99 40 from the 37 answered probes", r.Delay)
 	}
+	if r.SteadyDelay == nil || r.SteadyDelay.P99 != 2 {
+		t.Errorf("steady delays %+v, want p99 2 (the reaction window left out)", r.SteadyDelay)
+	}
 	if want := 1.0 / 37; math.Abs(r.OverBudget-want) > 1e-9 {
 		t.Errorf("over budget %v, want %v", r.OverBudget, want)
 	}

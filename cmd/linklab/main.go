@@ -26,6 +26,7 @@ import (
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -130,6 +131,8 @@ type Report struct {
 	BudgetMs  float64      `json:"budget_ms"`
 	Seed      uint64       `json:"seed"`
 	Results   []sim.Result `json:"results"`
+	// Sim holds the simulator's results on the same line (--sim).
+	Sim []sim.Result `json:"sim,omitempty"`
 }
 
 // lineFlags are the flags that pick the emulated line, shared by run and
@@ -209,6 +212,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	cc := fs.String("cc", "cubic", "the load's TCP congestion control")
 	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
 	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
+	withSim := fs.Bool("sim", false, "also run the simulator on the same line and schemes, with the lab's round trip, and print them side by side")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -270,13 +274,90 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		rep.Results = append(rep.Results, rs...)
 	}
+	if *withSim {
+		if rep.Sim, err = simulate(caps, cfg, parsed); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
+	if *withSim {
+		writeSideBySide(stdout, rep)
+		return nil
+	}
 	writeTable(stdout, rep)
 	return nil
+}
+
+// labRTT is the round trip the simulator gets when it runs beside the lab:
+// the lab's veths add no delay (this kernel has no netem), so its round trip
+// is the queues' alone.
+const labRTT = 2 * time.Millisecond
+
+// simulate runs the simulator on the lab's line with the schemes it knows
+// (unshaped, static:F, autoshape with its default budget policy, classic),
+// with the lab's streams, budget and round trip, seed 1.
+func simulate(caps [2]*sim.Trace, cfg lab.RunConfig, schemes []lab.Scheme) ([]sim.Result, error) {
+	var out []sim.Result
+	for _, s := range schemes {
+		var ss sim.Scheme
+		switch {
+		case s.Name == "unshaped" || s.Name == "autoshape" && s.Config == "" || s.Name == "classic":
+			name := s.Name
+			std, err := sim.Schemes([]string{name}, policies.BudgetConfig{Budget: cfg.Budget}, policies.DefaultClassicConfig())
+			if err != nil {
+				return nil, err
+			}
+			ss = std[0]
+		case s.Fraction > 0:
+			f := s.Fraction
+			ss = sim.Scheme{Name: s.Name, Policy: func(_ estimator.Direction, _ policies.Bounds, mean float64) (policies.Policy, error) {
+				return policies.NewFixed(f * mean), nil
+			}}
+		default:
+			continue // exec: and autoshape with a config of its own
+		}
+		ss.Name = s.Name
+		rs, err := sim.Run(sim.Config{Down: caps[estimator.Down], Up: caps[estimator.Up], Duration: cfg.Duration,
+			Budget: cfg.Budget, Flows: cfg.Streams, BaseRTT: labRTT, Seed: 1}, ss)
+		if err != nil {
+			return nil, fmt.Errorf("simulating %s: %w", s.Name, err)
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// writeSideBySide prints each lab result beside the simulator's for the
+// same scheme and direction.
+func writeSideBySide(w io.Writer, rep Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scheme\tdir\tutil lab\tutil sim\tp50 lab\tp50 sim\tp95 lab\tp95 sim\tover budget lab\tover budget sim\treaction lab\treaction sim\t")
+	for _, r := range rep.Results {
+		var m *sim.Result
+		for i := range rep.Sim {
+			if rep.Sim[i].Scheme == r.Scheme && rep.Sim[i].Direction == r.Direction {
+				m = &rep.Sim[i]
+			}
+		}
+		if m == nil {
+			m = &sim.Result{}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%s\t%s\t\n", r.Scheme, r.Direction,
+			r.Utilization, m.Utilization, r.Delay.P50, m.Delay.P50, r.Delay.P95, m.Delay.P95, r.OverBudget, m.OverBudget,
+			seconds(r.ReactionS), seconds(m.ReactionS))
+	}
+	tw.Flush()
+}
+
+func seconds(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *v)
 }
 
 // loadCapacity reads a schedule, a Mahimahi file or an embedded trace.

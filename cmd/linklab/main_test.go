@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/sim"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUsageErrors: bad flags exit with status 2 and a message naming the
@@ -60,5 +65,46 @@ func TestScenarios(t *testing.T) {
 	}
 	if d := scenarios["dsl"]; !d.bottleneck.ATM || d.bottleneck.Overhead != 44 {
 		t.Errorf("dsl scenario framing %+v, want ATM with 44 bytes", d.bottleneck)
+	}
+}
+
+// --sim runs the simulator on the lab's line for every scheme it knows, in
+// the lab's order, and leaves out the ones it cannot model.
+func TestSimulateBesideTheLab(t *testing.T) {
+	down, err := sim.ParseSchedule("20mbit@0s,5mbit@5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schemes []lab.Scheme
+	for _, s := range []string{"unshaped", "static:0.9", "autoshape", "classic", "exec:true", "autoshape:/x.toml"} {
+		p, err := lab.ParseScheme(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schemes = append(schemes, p)
+	}
+	cfg := lab.RunConfig{Duration: 10 * time.Second, Budget: 15 * time.Millisecond, Streams: 4}
+	rs, err := simulate([2]*sim.Trace{estimator.Down: down}, cfg, schemes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Scheme+" "+r.Direction)
+	}
+	want := []string{"unshaped down", "static:0.9 down", "autoshape down", "classic down"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	if rs[0].Delay.P95 < 100 {
+		t.Errorf("unshaped p95 %v ms: the bloated line should show", rs[0].Delay.P95)
+	}
+	if rs[2].ReactionS == nil {
+		t.Errorf("autoshape has no reaction_s on a step")
+	}
+	var b strings.Builder
+	writeSideBySide(&b, Report{Results: rs, Sim: rs})
+	if !strings.Contains(b.String(), "util sim") || strings.Count(b.String(), "\n") != 5 {
+		t.Errorf("side-by-side table:\n%s", b.String())
 	}
 }
