@@ -2,6 +2,7 @@ package actuator
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -27,6 +28,22 @@ type Framing struct {
 	MPU uint32
 	// LinkLayer is the cell framing.
 	LinkLayer LinkLayer
+}
+
+// WireTotal estimates what bytes sent in packets take on the wire with f:
+// each packet's overhead added and, on ATM, the total cut into 48-byte
+// cells sent as 53 bytes with half a cell of padding per packet on average;
+// on PTM, 65 bytes for every 64. It is linear in bytes and packets, so a
+// counter made from it only grows.
+func (f Framing) WireTotal(bytes, packets uint64) uint64 {
+	b := float64(bytes) + float64(packets)*float64(f.Overhead)
+	switch f.LinkLayer {
+	case ATM:
+		b = (b/atmCellPayload + 0.5*float64(packets)) * atmCellBytes
+	case PTM:
+		b = b * 65 / 64
+	}
+	return uint64(math.Max(b, 0))
 }
 
 // CakeOptions are CAKE's settings beyond rate and framing. A nil pointer or

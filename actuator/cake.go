@@ -333,6 +333,7 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	return Stats{
 		Bytes:            o.Stats.Bytes,
 		Packets:          uint64(o.Stats.Packets),
+		WireBytes:        c.framing.WireTotal(o.Stats.Bytes, uint64(o.Stats.Packets)),
 		Drops:            uint64(o.Stats.Drops),
 		Backlog:          uint64(o.Stats.Backlog),
 		CapacityEstimate: cs.CapacityEstimate,

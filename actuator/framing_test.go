@@ -31,3 +31,29 @@ func TestWireBytes(t *testing.T) {
 		})
 	}
 }
+
+// WireTotal is the counters' bytes as the rate counts them, linear in bytes
+// and packets; per packet it agrees with WireBytes to within half a cell.
+func TestWireTotal(t *testing.T) {
+	tests := []struct {
+		name           string
+		f              actuator.Framing
+		bytes, packets uint64
+		want           uint64
+	}{
+		{"no framing", actuator.Framing{}, 15000, 10, 15000},
+		{"overhead", actuator.Framing{Overhead: 44}, 15000, 10, 15440},
+		// 10 packets of 1500 + 44 = 1544 bytes: 32.17 cells each, counted as
+		// 32.67 (WireBytes says 33): 10 x 32.67 x 53.
+		{"atm", actuator.Framing{Overhead: 44, LinkLayer: actuator.ATM}, 15000, 10, 17313},
+		// An ACK of 66 + 44 bytes: 2.29 cells, counted as 2.79 (3).
+		{"atm ack", actuator.Framing{Overhead: 44, LinkLayer: actuator.ATM}, 66, 1, 147},
+		{"ptm", actuator.Framing{LinkLayer: actuator.PTM}, 6400, 4, 6500},
+		{"none sent", actuator.Framing{Overhead: 44, LinkLayer: actuator.ATM}, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		if got := tt.f.WireTotal(tt.bytes, tt.packets); got != tt.want {
+			t.Errorf("%s: WireTotal(%d, %d) = %d, want %d", tt.name, tt.bytes, tt.packets, got, tt.want)
+		}
+	}
+}

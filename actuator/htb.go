@@ -322,7 +322,9 @@ func (h *htb) Stats(ifindex uint32) (Stats, error) {
 		if q.Stats == nil {
 			return Stats{}, opErr("read HTB stats", ifindex, errors.New("the kernel sent no statistics"))
 		}
-		return statsFromTC(q.Stats), nil
+		st := statsFromTC(q.Stats)
+		st.WireBytes = h.framing.WireTotal(st.Bytes, st.Packets)
+		return st, nil
 	}
 	return Stats{}, opErr("read HTB stats", ifindex, fmt.Errorf("no root htb qdisc: %w", ErrNoQdisc))
 }

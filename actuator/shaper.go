@@ -15,6 +15,12 @@ type Stats struct {
 	// Bytes and Packets sent by the shaper since it was created.
 	Bytes   uint64
 	Packets uint64
+	// WireBytes is Bytes as the shaper's rate counts them: with the
+	// framing's per-packet overhead and, on ATM, whole 53-byte cells,
+	// estimated from the mean packet size (half a cell of padding per
+	// packet). It equals Bytes without framing, and is 0 from a backend
+	// that does not fill it in.
+	WireBytes uint64
 	// Drops counts packets the shaper dropped.
 	Drops uint64
 	// Backlog is the number of bytes queued in the shaper.

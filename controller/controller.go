@@ -262,7 +262,13 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 			errs = append(errs, fmt.Errorf("failed to read %s shaper stats: %w", d, err))
 			continue
 		}
-		c.est.AddCounter(d, now, st.Bytes)
+		// What the rate counts: with the line's framing when the shaper
+		// knows it (ATM cells cost a small packet three times its size).
+		wire := st.WireBytes
+		if wire == 0 {
+			wire = st.Bytes
+		}
+		c.est.AddCounter(d, now, wire)
 		c.est.SetCapacityEstimate(d, float64(st.CapacityEstimate))
 		c.est.SetBacklog(d, st.Backlog)
 	}
