@@ -605,9 +605,16 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
 		},
 		{
-			name:  "fast more than 10 % above the ceiling",
+			// Past the zone the step grows as GentleStep x (1 + t²), faster
+			// than in it, where it grows as 1 + t²/4.
+			name:  "convex more than 10 % above the ceiling",
 			steps: after(ceiling, probe(628*time.Millisecond, 45e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 54e6, Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+0.1*0.1)*0.1), Reason: reasonProbe}),
+		},
+		{
+			name:  "and fast again after Memory",
+			steps: after(ceiling, probe(10528*time.Millisecond, 45e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + 2*1), Reason: reasonProbe}),
 		},
 		{
 			// The tick before keeps 75 % of the rate getting through: neither
