@@ -150,8 +150,8 @@ func (c BudgetConfig) Validate() error {
 //     (two cuts or eases that agreed, within Memory) only by GentleStep per
 //     second, growing with the time t since the last one as 1 + t²/4 (as
 //     CUBIC probes past its last window), and with Hold lowered to half,
-//     since the rate sits just under it; past the zone, convex as
-//     GentleStep x (1 + t²) until Memory has passed.
+//     since the rate sits just under it; past the zone, the same convex
+//     growth until Memory has passed.
 //   - Unloaded: drift towards base.
 type Budget struct {
 	cfg       BudgetConfig
@@ -284,10 +284,11 @@ func (b *Budget) Next(in Input) Proposal {
 			since := in.Now.Sub(b.bloatAt).Seconds()
 			step = math.Min(step, c.GentleStep*(1+since*since/4))
 		} else if b.steady(in.Now) && rate > 1.1*b.bloatRate {
-			// Past the ceiling's zone: convex, faster than in it, as the
-			// capacity may have grown, but not at full speed at once.
+			// Past the ceiling's zone: the same convex growth, not full
+			// speed at once; the capacity may have grown, and Memory
+			// ends the caution.
 			since := in.Now.Sub(b.bloatAt).Seconds()
-			step = math.Min(step, c.GentleStep*(1+since*since))
+			step = math.Min(step, c.GentleStep*(1+since*since/4))
 		}
 		next := rate * (1 + step*headroom*dt)
 		if edge := 0.9 * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {

@@ -605,11 +605,10 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
 		},
 		{
-			// Past the zone the step grows as GentleStep x (1 + t²), faster
-			// than in it, where it grows as 1 + t²/4.
+			// Past the zone the step grows as in it.
 			name:  "convex more than 10 % above the ceiling",
 			steps: after(ceiling, probe(628*time.Millisecond, 45e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+0.1*0.1)*0.1), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "and fast again after Memory",
