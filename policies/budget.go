@@ -150,8 +150,9 @@ func (c BudgetConfig) Validate() error {
 //     (two cuts or eases that agreed, within Memory) only by GentleStep per
 //     second, growing with the time t since the last one as 1 + t²/4 (as
 //     CUBIC probes past its last window), and with Hold lowered to half,
-//     since the rate sits just under it; past the zone, the same convex
-//     growth until Memory has passed.
+//     since the rate sits just under it; past the zone, convex from the
+//     moment it left the zone, as GentleStep x (1 + 4t²), until Memory has
+//     passed.
 //   - Unloaded: drift towards base.
 type Budget struct {
 	cfg       BudgetConfig
@@ -162,6 +163,7 @@ type Budget struct {
 	prevBloat float64       // and at the one before
 	bloatAt   time.Time
 	dropAt    time.Time // the last capacity drop
+	pastAt    time.Time // the rate rose past the ceiling's zone
 	// justDropped: the previous call was a capacity drop.
 	justDropped bool
 	achieved    float64   // achieved rate smoothed over about 200ms
@@ -284,11 +286,17 @@ func (b *Budget) Next(in Input) Proposal {
 			since := in.Now.Sub(b.bloatAt).Seconds()
 			step = math.Min(step, c.GentleStep*(1+since*since/4))
 		} else if b.steady(in.Now) && rate > 1.1*b.bloatRate {
-			// Past the ceiling's zone: the same convex growth, not full
-			// speed at once; the capacity may have grown, and Memory
-			// ends the caution.
-			since := in.Now.Sub(b.bloatAt).Seconds()
-			step = math.Min(step, c.GentleStep*(1+since*since/4))
+			// Past the ceiling's zone: convex from the moment the rate
+			// left it, slow at first (the capacity may be just above),
+			// then fast (it has grown): GentleStep x (1 + 4t²).
+			if b.pastAt.IsZero() {
+				b.pastAt = in.Now
+			}
+			since := in.Now.Sub(b.pastAt).Seconds()
+			step = math.Min(step, c.GentleStep*(1+4*since*since))
+		}
+		if rate <= 1.1*b.bloatRate {
+			b.pastAt = time.Time{}
 		}
 		next := rate * (1 + step*headroom*dt)
 		if edge := 0.9 * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {
@@ -332,18 +340,22 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// The history must hold at least a second of loaded time.
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
-	// rate. In the next one, if less gets through than the new rate allows,
-	// what gets through is the new capacity, measured cleanly: cut again if
-	// it is lower by more than a tenth. (Later, less getting through may as
-	// well be the senders backing off after their losses.)
+	// rate. In the next one the bottleneck still drains the senders' queue,
+	// so what gets through is the new capacity, measured cleanly (or the new
+	// rate, when that is lower): if it is lower by more than a tenth, it is
+	// the ceiling, and if less gets through than the new rate allows, cut
+	// again. (Later, less getting through may as well be the senders
+	// backing off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
-	if refine && o.Load < c.Loaded && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
+	if refine && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
 		capacity := o.Achieved
 		b.prevBloat, b.bloatRate = capacity, capacity
 		b.bloatAt = in.Now
 		b.achieved = capacity
-		return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
+		if o.Load < c.Loaded {
+			return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
+		}
 	}
 	if o.Load >= 0.8 || o.Backlog >= limitingBacklog {
 		w := math.Min(dt/2, 1)

@@ -605,10 +605,15 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
 		},
 		{
-			// Past the zone the step grows as in it.
-			name:  "convex more than 10 % above the ceiling",
-			steps: after(ceiling, probe(628*time.Millisecond, 45e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
+			// Past the zone the step grows from GentleStep, as 1 + 4t²
+			// from the first tick there.
+			name: "convex more than 10 % above the ceiling",
+			steps: after(ceiling, probe(628*time.Millisecond, 45e6), probe(1128*time.Millisecond, 45e6),
+				probe(1628*time.Millisecond, 45e6)),
+			want: then(ceilingCuts,
+				policies.Proposal{Rate: 45e6 * (1 + 0.02*0.1), Reason: reasonProbe},
+				policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+4*0.5*0.5)*0.5), Reason: reasonProbe},
+				policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+4*1*1)*0.5), Reason: reasonProbe}),
 		},
 		{
 			name:  "and fast again after Memory",
@@ -1175,13 +1180,24 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop}, drop),
 		},
 		{
+			// The new rate is at the capacity: no second cut, but the
+			// ceiling is the cleaner measure, so the rise from there is
+			// gentle (10 Mbit/s is within 10 % of it).
+			name: "a cleaner measure at the new rate only lowers the ceiling",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 20e6, 20.0/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 10e6, achieved: 9.8e6, load: 0.98}),
+			want: then(steadyWant, policies.Proposal{Rate: 10e6, Reason: reasonDrop},
+				policies.Proposal{Rate: 10e6 * (1 + gentle(0.02, 0)*0.05), Reason: reasonProbe}),
+		},
+		{
 			// Later, less getting through may be the senders backing off.
 			name: "but only in the tick after the fall",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 24e6, 24.0/42 }),
 				budgetStep{at: 3100 * time.Millisecond, rate: 12e6, achieved: 12e6, load: 1},
 				budgetStep{at: 3150 * time.Millisecond, rate: 12e6, achieved: 10e6, load: 10.0 / 12}),
 			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop},
-				policies.Proposal{Rate: 12e6 * (1 + 2*0.05), Reason: reasonProbe}, // far under the 24 Mbit/s seen
+				// 12 Mbit/s got through: the ceiling, so the rise is gentle.
+				policies.Proposal{Rate: 12e6 * (1 + gentle(0.02, 0)*0.05), Reason: reasonProbe},
 				policies.Proposal{Rate: 12e6, Reason: reasonHold}),
 		},
 		{
