@@ -21,6 +21,11 @@ func buildLab(t *testing.T) *Topology {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	release, err := Exclusive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 	top, err := Build("astl-")
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/autoshape/autoshape/lab"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -26,6 +27,7 @@ func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	exclusive(t)
 	t.Setenv("LINKLAB_PREFIX", prefix)
 	bin := filepath.Join(t.TempDir(), "autoshape")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/autoshape/autoshape/cmd/autoshape").CombinedOutput(); err != nil {
@@ -111,4 +113,16 @@ func TestAcceptLTE(t *testing.T) {
 				d, a.Utilization, a.Delay.P95, c.Utilization, c.Delay.P95)
 		}
 	}
+}
+
+// exclusive holds the host-wide lab lock for the rest of the test, so that
+// lab tests of other packages, which go test runs in parallel, do not load
+// the CPUs while this one measures.
+func exclusive(t *testing.T) {
+	t.Helper()
+	release, err := lab.Exclusive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }

@@ -26,6 +26,7 @@ func TestRunJSON(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	exclusive(t)
 	// Not the default prefix, which a manual linklab run may be using.
 	t.Setenv("LINKLAB_PREFIX", "asxj-")
 	var stdout, stderr bytes.Buffer
@@ -65,6 +66,7 @@ func TestSweepDSL(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	exclusive(t)
 	bin := filepath.Join(t.TempDir(), "autoshape")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/autoshape/autoshape/cmd/autoshape").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
