@@ -64,13 +64,23 @@ func NewBottleneck(ns, dev string, capacity *sim.Trace, opt BottleneckOptions) (
 	return b, nil
 }
 
-// b0 is a capacity's rate over its first FollowEvery, at least 8 kbit/s
-// (HTB holds no zero rate; a trace's silent stretch delivers close to none).
+// b0 is a capacity's rate over its first FollowEvery (see rateAt).
 func b0(c *sim.Trace) uint64 { return rateAt(c, 0) }
 
+// minFollowRate is the bottleneck's least rate: one full frame per
+// FollowEvery (242 kbit/s). HTB holds no zero rate, and it keeps the time a
+// packet took at a low rate as a debt that a later, higher rate does not
+// forgive: one 1514-byte frame sent at 8 kbit/s in a trace's silent window
+// stalled the class for 1.5 s after the capacity came back, a stall the
+// trace does not have. At this floor the debt stays within one window, at
+// the cost of a trickle of one frame per window through a silent stretch.
+const minFollowRate = 1514 * 8 * int64(time.Second/FollowEvery)
+
+// rateAt is the capacity's mean rate over the FollowEvery from at, at least
+// minFollowRate.
 func rateAt(c *sim.Trace, at time.Duration) uint64 {
 	r := c.RateAt(at.Milliseconds(), FollowEvery.Milliseconds())
-	return uint64(max(math.Round(r), 8000))
+	return uint64(max(math.Round(r), float64(minFollowRate)))
 }
 
 func (b *Bottleneck) classArgs(verb string, bps uint64) []string {
