@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autoshape/autoshape/lab"
 	"github.com/vishvananda/netns"
 )
 
@@ -37,6 +38,7 @@ func newDaemonLab(t *testing.T) *daemonLab {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces and runs the daemon in one")
 	}
+	labLock(t)
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
@@ -423,4 +425,16 @@ func TestDaemonDryRun(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the daemon exited with %v", err)
 	}
+}
+
+// labLock holds the host-wide lab lock for the rest of the test: these tests
+// load links with traffic, and the lab's measurements in other packages,
+// which go test runs in parallel, must not share the CPUs with them.
+func labLock(t *testing.T) {
+	t.Helper()
+	release, err := lab.Exclusive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }

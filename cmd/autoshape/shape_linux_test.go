@@ -23,6 +23,7 @@ func testNS(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace and shapes a veth in it")
 	}
+	labLock(t)
 	b := make([]byte, 4)
 	rand.Read(b)
 	name := "as-shape-" + hex.EncodeToString(b)

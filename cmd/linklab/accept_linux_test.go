@@ -20,23 +20,27 @@ import (
 // machine could move them; the exact figures are in the test log and in
 // docs/lab.md.
 
-// labRun runs `linklab run` with args and the schemes, and returns the
-// results by "scheme direction".
+// labRun runs `linklab run --json` with args, built as a binary of its own
+// (so that its load and probe do not run under the race detector that go
+// test may add), and returns the results by "scheme direction".
 func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
 	exclusive(t)
-	t.Setenv("LINKLAB_PREFIX", prefix)
-	bin := filepath.Join(t.TempDir(), "autoshape")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/autoshape/autoshape/cmd/autoshape").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
+	dir := t.TempDir()
+	for _, cmd := range []string{"autoshape", "linklab"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/autoshape/autoshape/cmd/"+cmd).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v: %s", cmd, err, out)
+		}
 	}
 	var stdout, stderr bytes.Buffer
-	args = append([]string{"run", "--json", "--autoshape", bin}, args...)
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("linklab %v: exit %d: %s", args, code, stderr.String())
+	cmd := exec.Command(filepath.Join(dir, "linklab"), append([]string{"run", "--json", "--autoshape", filepath.Join(dir, "autoshape")}, args...)...)
+	cmd.Env = append(os.Environ(), "LINKLAB_PREFIX="+prefix)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("linklab %v: %v: %s", args, err, stderr.String())
 	}
 	var rep Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
