@@ -230,6 +230,11 @@ func (b *Budget) Next(in Input) Proposal {
 	if p, ok := b.capacityDrop(in, dt); ok {
 		return p
 	}
+	if (over || delay > c.Hold) && !b.dropAt.IsZero() && in.Now.Sub(b.dropAt) < afterDrop {
+		// The delay shows the queue the senders built before the drop was
+		// cut, which the cut drains: neither a cut nor a new ceiling.
+		return Proposal{Rate: rate, Reason: ReasonHold}
+	}
 	if !over && delay <= c.Hold {
 		b.overSince = time.Time{}
 	} else if b.overSince.IsZero() {
@@ -299,7 +304,7 @@ func (b *Budget) Next(in Input) Proposal {
 			b.pastAt = time.Time{}
 		}
 		next := rate * (1 + step*headroom*dt)
-		if edge := 0.9 * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {
+		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {
 			// Fast up to the ceiling's zone, not past its edge in one step.
 			next = math.Min(next, edge)
 		}
@@ -343,9 +348,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// rate. In the next one the bottleneck still drains the senders' queue,
 	// so what gets through is the new capacity, measured cleanly (or the new
 	// rate, when that is lower): if it is lower by more than a tenth, it is
-	// the ceiling, and if less gets through than the new rate allows, cut
-	// again. (Later, less getting through may as well be the senders
-	// backing off after their losses.)
+	// the ceiling, and if it is under the new rate, cut again, to MinCut of
+	// it. (Later, less getting through may as well be the senders backing
+	// off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
 	if refine && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
@@ -353,7 +358,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 		b.prevBloat, b.bloatRate = capacity, capacity
 		b.bloatAt = in.Now
 		b.achieved = capacity
-		if o.Load < c.Loaded {
+		if capacity < 0.97*in.Rate {
+			// The new rate is still above the capacity: the queue the
+			// senders built cannot drain.
 			return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
 		}
 	}
@@ -402,7 +409,19 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 func (b *Budget) gentle(in Input) bool {
 	// The zone starts a little under 90 %, so that a rate the fast rise
 	// stopped at its edge is in it, however the controller rounded it.
-	return b.steady(in.Now) && in.Rate >= 0.89*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+	return b.steady(in.Now) && in.Rate >= (b.zone(in.Now)-0.01)*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+}
+
+// zone is where the gentle zone starts, as a fraction of the ceiling: 90 %,
+// or 85 % for Memory after a capacity drop, whose new level the link's own
+// accounting (framing, the bottleneck's queue) may put a little lower than
+// what got through in the tick after it; the rate then settles under the
+// knee before it probes for it.
+func (b *Budget) zone(now time.Time) float64 {
+	if !b.dropAt.IsZero() && now.Sub(b.dropAt) < b.cfg.Memory {
+		return 0.85
+	}
+	return 0.9
 }
 
 // steady reports whether the last two cuts, within Memory, agreed on the
@@ -479,6 +498,11 @@ func (b *Budget) delivered(in Input) float64 {
 	}
 	return in.Rate
 }
+
+// afterDrop is how long after a capacity drop the delay is taken for the
+// queue the drop left: a round trip for the senders to notice, and the
+// drain at MinCut of the capacity.
+const afterDrop = time.Second
 
 // limitingBacklog is the shaper backlog, in bytes, from which the shaper
 // counts as the limit: two full-size packets.

@@ -1190,6 +1190,22 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				policies.Proposal{Rate: 10e6 * (1 + gentle(0.02, 0)*0.05), Reason: reasonProbe}),
 		},
 		{
+			// 10 Mbit/s through a rate of 10.66: load 0.93 counts as loaded,
+			// but the rate is above the capacity and the queue cannot drain.
+			name: "a cleaner measure under the new rate cuts again, loaded or not",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 21.32e6, 21.32/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 10.66e6, achieved: 9.95e6, load: 9.95 / 10.66}),
+			want: then(steadyWant, policies.Proposal{Rate: 10.66e6, Reason: reasonDrop},
+				policies.Proposal{Rate: 9.95e6 * 0.5, Reason: reasonDrop}),
+		},
+		{
+			// Within a second of the drop the delay is the queue it left.
+			name: "the delay right after a drop holds",
+			steps: after(steady, fall,
+				budgetStep{at: 3300 * time.Millisecond, rate: 5e6, delta: 40 * time.Millisecond, bloat: true, achieved: 5e6, load: 1}),
+			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6, Reason: reasonHold}),
+		},
+		{
 			// Later, less getting through may be the senders backing off.
 			name: "but only in the tick after the fall",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 24e6, 24.0/42 }),
@@ -1284,8 +1300,9 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			steps: after(steady, fall,
 				// Near it the rise is gentle.
 				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
-				// And Hold is halved: 8ms eases, once the wait (250ms) is over.
-				budgetStep{at: 3300 * time.Millisecond, rate: 10e6, delta: 8 * time.Millisecond, achieved: 10e6, load: 1},
+				// And Hold is halved: 8ms eases, once a second has passed
+				// since the drop (before, it is the drop's own queue).
+				budgetStep{at: 4100 * time.Millisecond, rate: 10e6, delta: 8 * time.Millisecond, achieved: 10e6, load: 1},
 			),
 			want: then(steadyWant, drop,
 				// 0.1 s after the drop: 0.02 x (1 + 0.1²/4).

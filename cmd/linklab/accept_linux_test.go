@@ -99,12 +99,14 @@ func TestAcceptDSL(t *testing.T) {
 	}
 }
 
-// TestAcceptLTE: the embedded LTE pair, 60 s. autoshape beats classic on
+// TestAcceptLTE: the embedded LTE pair, its 120 s. autoshape beats classic on
 // the simulator's terms (p95 ≤ 0.75 × classic's at utilisation no more
 // than 0.10 below, or utilisation ≥ classic's + 0.05 at no worse p95), with
 // its median added delay within the budget.
 func TestAcceptLTE(t *testing.T) {
-	rs := labRun(t, "asxl-", "--scenario", "lte", "--duration", "60s", "--scheme", "classic", "--scheme", "autoshape")
+	// The whole trace: a minute of it is too little for the p95 of its
+	// fades to settle (classic's moved between 160 and 230 ms run to run).
+	rs := labRun(t, "asxl-", "--scenario", "lte", "--scheme", "classic", "--scheme", "autoshape")
 	for _, d := range []string{"down", "up"} {
 		c, a := rs["classic "+d], rs["autoshape "+d]
 		if a.Delay.P50 > 15 {
