@@ -28,6 +28,12 @@ func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
 	}
+	if os.Getenv("LINKLAB_ACCEPT") == "" {
+		// go test ./... builds and runs other packages beside this one, and
+		// under that load the daemon's ticks and probes slip: these runs go
+		// last, alone, in the README's test command.
+		t.Skip("measures timing on a quiet machine: LINKLAB_ACCEPT=1 go test -run TestAccept ./cmd/linklab, the last step of the README's test command")
+	}
 	exclusive(t)
 	dir := t.TempDir()
 	for _, cmd := range []string{"autoshape", "linklab"} {
