@@ -344,15 +344,19 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
 	// rate. In the next one the bottleneck still drains the senders' queue,
-	// so what gets through is the new capacity, measured cleanly (or the new
-	// rate, when that is lower): if it is lower by more than a tenth, it is
-	// the ceiling, and if it is under the new rate, cut again, to MinCut of
-	// it. (Later, less getting through may as well be the senders backing
-	// off after their losses.)
+	// so what reaches our shaper on download is the new capacity, measured
+	// cleanly, however low the new rate (what gets through it is no more
+	// than that rate; on upload it is all there is): if it is lower than the
+	// drop's own measure, it is the ceiling, and if it is under the new rate,
+	// cut again, to MinCut of it. (Later, less getting through may as well
+	// be the senders backing off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
-	if refine && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
-		capacity := o.Achieved
+	capacity := o.Achieved
+	if o.Direction == estimator.Down {
+		capacity = math.Max(capacity, o.Offered)
+	}
+	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.prevBloat, b.bloatRate = capacity, capacity
 		b.bloatAt = in.Now
 		b.achieved = capacity
@@ -387,7 +391,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	}
 	// A capacity measured directly, not inferred from a delay: rise gently
 	// near it as if two episodes had agreed on it.
-	capacity := o.Achieved
+	capacity = o.Achieved
 	b.prevBloat, b.bloatRate = capacity, capacity
 	b.lastCut = in.Now
 	b.cutDelay = 0

@@ -33,6 +33,7 @@ type budgetStep struct {
 	bloat bool          // the estimator's bloat verdict
 	// achieved and load are the tick's achieved rate and load ratio.
 	achieved, load float64
+	offered        float64       // what reached the shaper, 0 for unmeasured
 	capacity       float64       // CAKE's estimate, 0 for none
 	threshold      time.Duration // defaultBudget when zero
 	backlog        uint64        // bytes queued in the shaper
@@ -67,6 +68,7 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 				Threshold:        threshold,
 				Bloat:            s.bloat,
 				Achieved:         s.achieved,
+				Offered:          s.offered,
 				ShaperRate:       s.rate,
 				Load:             s.load,
 				CapacityEstimate: s.capacity,
@@ -1270,6 +1272,30 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				// 12 Mbit/s got through: the ceiling, where the rate holds.
 				policies.Proposal{Rate: 12e6, Reason: reasonProbe},
 				policies.Proposal{Rate: 12e6, Reason: reasonHold}),
+		},
+		{
+			// On download what reaches the shaper in the tick after a drop
+			// is what the link delivers, however low the new rate: 10
+			// Mbit/s, the drop's own measure, stays the ceiling, and the
+			// rise from half of it is fast, up to its zone (8.5 Mbit/s).
+			name: "what reaches the shaper after the fall keeps the ceiling",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1}),
+			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6 * (1 + 2*0.05), Reason: reasonProbe}),
+		},
+		{
+			// On upload what reaches the shaper is what the senders offer,
+			// not the link's capacity: what got through is the measure.
+			name: "but not on upload",
+			steps: func() []budgetStep {
+				steps := after(steady, fall,
+					budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1})
+				for i := range steps {
+					steps[i].up = true
+				}
+				return steps
+			}(),
+			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6, Reason: reasonProbe}),
 		},
 		{
 			name:  "before the delay shows it",
