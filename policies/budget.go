@@ -290,19 +290,21 @@ func (b *Budget) Next(in Input) Proposal {
 	if o.Load >= c.Loaded || (o.Backlog >= limitingBacklog && o.Load >= c.Loaded/2) {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
-		if b.steady(in.Now) && rate >= (b.zone(in.Now)-0.01)*b.bloatRate {
-			// At or past the ceiling's zone: as CUBIC probes around its
-			// last window, concave up to the ceiling, a plateau at it,
-			// then convex past it, so that the rate crosses the knee
-			// slowly (the queue it builds there stays small by the time
-			// the delay shows it) and a capacity that came back is
-			// found within seconds.
-			target := b.bloatRate * b.plateau(in.Now)
+		target := b.bloatRate * b.plateau(in.Now)
+		if b.steady(in.Now) && rate >= (b.zone(in.Now)-0.01)*b.bloatRate && rate <= math.Max(1.1*b.bloatRate, target) {
+			// In the ceiling's zone or on the curve past it: as CUBIC
+			// probes around its last window, concave up to the ceiling,
+			// a plateau at it, then convex past it, so that the rate
+			// crosses the knee slowly (the queue it builds there stays
+			// small by the time the delay shows it) and a capacity that
+			// came back is found within seconds. (A rate above both, set
+			// by a bound, says the ceiling is not the link's: it rises
+			// as on any link.)
 			next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*dt)
 			return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 		}
 		next := rate * (1 + step*headroom*dt)
-		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) {
+		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) && rate < edge {
 			// Fast up to the ceiling's zone, not past its edge in one step.
 			next = math.Min(next, edge)
 		}
@@ -382,7 +384,10 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
 	// Nearly nothing getting through is more likely traffic that ended than
 	// a link that lost nine tenths of its capacity: the idle rules handle it.
-	if stretch < 1 || dev >= 0.1*mean ||
+	// At the lowest rate allowed nothing can be cut, and the steady history
+	// is the bound's, not the link's: a dip there (the senders backing off)
+	// would only set a ceiling under the bound and hold the rate at it.
+	if stretch < 1 || dev >= 0.1*mean || in.Rate <= in.Bounds.Min ||
 		o.Load >= 0.7 || o.Achieved >= 0.7*mean || o.Achieved < 0.1*mean {
 		return Proposal{}, false
 	}
@@ -418,6 +423,10 @@ const measuredKnee = 0.97
 // mark) measure the rate the policy cut to rather than the link, so the
 // episode keeps its highest.
 func (b *Budget) mark(in Input) {
+	if in.Rate <= in.Bounds.Min {
+		// The bound's rate, not the link's: nothing to learn.
+		return
+	}
 	capacity := b.delivered(in)
 	switch {
 	case capacity < 0.97*in.Rate:

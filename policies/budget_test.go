@@ -610,8 +610,16 @@ func TestBudgetProbe(t *testing.T) {
 		},
 		{
 			name:  "a plateau within 10 % above it",
-			steps: after(ceiling, probe(700*time.Millisecond, 43.9e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6, Reason: reasonProbe}),
+			steps: after(ceiling, probe(700*time.Millisecond, 42.6e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 42.6e6, Reason: reasonProbe}),
+		},
+		{
+			// 50 Mbit/s is above the zone and the curve (a bound put it
+			// there, say): the ceiling is not the link's, and the rise is
+			// Step's.
+			name:  "above the zone and the curve the rise is fast",
+			steps: after(ceiling, probe(700*time.Millisecond, 50e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 50e6 * (1 + 2*0.1), Reason: reasonProbe}),
 		},
 		{
 			// 4 s after the mark: 1 + 0.1 (1/3)³ of the ceiling.
@@ -714,6 +722,24 @@ func TestBudgetProbe(t *testing.T) {
 				// 37 is the ceiling, 40 the one before: within 10 %, so
 				// the rate holds at it.
 				{Rate: 37e6, Reason: reasonProbe},
+			},
+		},
+		{
+			// Eases at the lowest rate allowed measure the bound, not the
+			// link: they mark no ceiling, and the rise stays fast.
+			name:   "no ceiling at the lowest rate",
+			bounds: policies.Bounds{Min: 40e6, Base: 40e6, Max: 1e9},
+			steps: []budgetStep{
+				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(300*time.Millisecond, 40e6),
+				{at: 600 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(700*time.Millisecond, 40e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 40e6, Reason: reasonEase},
+				{Rate: 40e6 * (1 + 2*0.3), Reason: reasonProbe},
+				{Rate: 40e6, Reason: reasonEase},
+				{Rate: 40e6 * (1 + 2*0.1), Reason: reasonProbe},
 			},
 		},
 		{
@@ -1296,6 +1322,14 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				return steps
 			}(),
 			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6, Reason: reasonProbe}),
+		},
+		{
+			// At the lowest rate allowed nothing can be cut, and the steady
+			// history is the bound's: the unloaded tick holds at base.
+			name:   "no drop at the lowest rate",
+			bounds: policies.Bounds{Min: 42e6, Base: 42e6, Max: 1e9},
+			steps:  after(steady, fall),
+			want:   then(steadyWant, policies.Proposal{Rate: 42e6, Reason: reasonHold}),
 		},
 		{
 			name:  "before the delay shows it",
