@@ -145,9 +145,10 @@ func (c BudgetConfig) Validate() error {
 //     grow into the budget.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
 //     headroom left below Hold and slowed by the share of recent time spent
-//     over the budget. Near a ceiling the link has shown twice (two episodes
-//     of delay whose cuts or eases agreed within 10 %, within Memory, or a
-//     capacity drop), with Hold lowered to half since the rate sits just
+//     over the budget. Near a ceiling the link has shown (two episodes of
+//     delay whose cuts or eases agreed within 10 %, within Memory, on a link
+//     that delivered a steady rate, or three that agreed, or a capacity
+//     drop), with Hold lowered to half since the rate sits just
 //     under it: fast only up to 90 % of it, then along CUBIC's window curve
 //     (see plateau): concave up to the ceiling, a plateau there, convex past
 //     it.
@@ -163,6 +164,7 @@ type Budget struct {
 	cutDelay  time.Duration // the delay that triggered the last cut
 	bloatRate float64       // the capacity seen at the last cut
 	prevBloat float64       // and at the one before
+	prevPrev  float64       // and before that
 	bloatAt   time.Time
 	dropAt    time.Time // the last capacity drop
 	// justDropped: the previous call was a capacity drop.
@@ -359,7 +361,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 		capacity = math.Max(capacity, o.Offered)
 	}
 	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
-		b.prevBloat, b.bloatRate = capacity, capacity
+		b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
 		b.bloatAt = in.Now
 		b.achieved = capacity
 		if capacity < 0.97*in.Rate {
@@ -397,7 +399,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// A capacity measured directly, not inferred from a delay: rise gently
 	// near it as if two episodes had agreed on it.
 	capacity = o.Achieved
-	b.prevBloat, b.bloatRate = capacity, capacity
+	b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
 	b.lastCut = in.Now
 	b.cutDelay = 0
 	b.bloatAt = in.Now
@@ -437,7 +439,7 @@ func (b *Budget) mark(in Input) {
 	if b.bloatRate > 0 && !b.overSince.IsZero() && !b.overSince.After(b.bloatAt) {
 		b.bloatRate = math.Max(b.bloatRate, capacity)
 	} else {
-		b.prevBloat, b.bloatRate = b.bloatRate, capacity
+		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
 	}
 	b.bloatAt = in.Now
 }
@@ -468,9 +470,10 @@ func (b *Budget) zone(now time.Time) float64 {
 	return 0.9
 }
 
-// steady reports whether the last two cuts, within Memory, agreed on the
-// capacity (within 10 %), or a capacity drop was measured within Memory:
-// the link shows a ceiling of its own.
+// steady reports whether the link shows a ceiling of its own: a capacity
+// drop was measured within Memory, or the last two episodes' ceilings,
+// within Memory, agreed (within 10 %) and what got through while loaded
+// varied little, or the last three agreed.
 func (b *Budget) steady(now time.Time) bool {
 	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
@@ -478,8 +481,21 @@ func (b *Budget) steady(now time.Time) bool {
 	if !b.dropAt.IsZero() && now.Sub(b.dropAt) < b.cfg.Memory {
 		return true
 	}
-	return math.Abs(b.bloatRate-b.prevBloat) <= 0.1*b.bloatRate
+	if math.Abs(b.bloatRate-b.prevBloat) > 0.1*b.bloatRate {
+		return false
+	}
+	// Two ceilings agree by chance on a link whose capacity moves (a
+	// cellular one): that takes what got through while loaded to have
+	// varied little as well, or a third ceiling that agrees.
+	if math.Sqrt(b.loadedVar) < 0.1*b.loadedMean+countingNoise {
+		return true
+	}
+	return math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
 }
+
+// countingNoise is how much a tick's achieved rate varies on a steady link
+// from counting whole packets: two full-size packets per 50 ms tick.
+const countingNoise = 2 * 1500 * 8 / 0.05
 
 // cut handles a bloated observation.
 func (b *Budget) cut(in Input) Proposal {

@@ -1224,6 +1224,44 @@ func steadyProbes(n int, achieved ...float64) []policies.Proposal {
 	return ps
 }
 
+// TestBudgetSteadyDelivery checks that two ceilings that agree make a link
+// steady only when what got through while loaded varied little; on a link
+// whose delivery varies (a cellular one) it takes a third that agrees. The
+// history is 3 s of loaded ticks alternating between 40 and 20 Mbit/s; each
+// cut measures 30 Mbit/s getting through a rate of 40 (a ceiling of 29.1),
+// each followed by a tick with the delay back to nothing.
+func TestBudgetSteadyDelivery(t *testing.T) {
+	cellular := steadyLoad(0, 61, 40e6, 20e6)
+	cellularWant := steadyProbes(61, 40e6, 20e6)
+	cut := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 30e6, load: 0.75}
+	}
+	clear := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 28.5e6, achieved: 28.5e6, load: 1}
+	}
+	probe := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 27e6, achieved: 27e6, load: 1}
+	}
+	// MaxCut of 30; the ticks between rise at Step over 300ms.
+	cutTo := policies.Proposal{Rate: 28.5e6, Reason: reasonBloat}
+	cleared := policies.Proposal{Rate: 28.5e6 * (1 + 2*0.3), Reason: reasonProbe}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "two that agree on a varying link: fast",
+			steps: after(cellular, cut(3250*time.Millisecond), clear(3550*time.Millisecond), cut(3850*time.Millisecond), probe(3950*time.Millisecond)),
+			want:  then(cellularWant, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6 * (1 + 2*0.1), Reason: reasonProbe}),
+		},
+		{
+			// 27 Mbit/s is in the ceiling's zone, above the curve 100ms
+			// after the mark: the rate holds.
+			name: "a third that agrees: the curve",
+			steps: after(cellular, cut(3250*time.Millisecond), clear(3550*time.Millisecond), cut(3850*time.Millisecond),
+				clear(4150*time.Millisecond), cut(4450*time.Millisecond), probe(4550*time.Millisecond)),
+			want: then(cellularWant, cutTo, cleared, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6, Reason: reasonProbe}),
+		},
+	})
+}
+
 // TestBudgetCapacityDrop checks the cut on a sudden fall of what gets through
 // on a link that delivered a steady rate while loaded: to MinCut of the new
 // achieved rate, before any delay shows it. The history is 3s of loaded ticks
