@@ -235,11 +235,7 @@ func (es *execScheme) failed() <-chan error { return es.fail }
 // stop ends the command's process group (SIGTERM, SIGKILL after
 // ExecStopWait), stops reading the rates and removes the shaping.
 func (es *execScheme) stop() error {
-	if os.Getenv("LINKLAB_KEEP") == "" {
-		defer os.RemoveAll(es.dir)
-	} else {
-		fmt.Fprintf(os.Stderr, "linklab: the exec command's files are kept in %s\n", es.dir)
-	}
+	defer keepOrRemove(es.dir, "the exec command's")
 	es.mu.Lock()
 	es.stopping = true
 	es.mu.Unlock()

@@ -540,11 +540,7 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 func (ds *daemonScheme) failed() <-chan error { return nil }
 
 func (ds *daemonScheme) stop() error {
-	if os.Getenv("LINKLAB_KEEP") == "" {
-		defer os.RemoveAll(ds.dir)
-	} else {
-		fmt.Fprintf(os.Stderr, "linklab: the daemon's files are kept in %s\n", ds.dir)
-	}
+	defer keepOrRemove(ds.dir, "the daemon's")
 	ds.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- ds.cmd.Wait() }()
@@ -563,6 +559,16 @@ func (ds *daemonScheme) stop() error {
 		return fmt.Errorf("autoshape: %v: %s", err, tailString(string(b), 2000))
 	}
 	return nil
+}
+
+// keepOrRemove removes a scheme's directory, or with LINKLAB_KEEP=1 keeps it
+// and says where; whose names the files' owner in the message.
+func keepOrRemove(dir, whose string) {
+	if os.Getenv("LINKLAB_KEEP") == "" {
+		os.RemoveAll(dir)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "linklab: %s files are kept in %s\n", whose, dir)
 }
 
 func tailString(s string, n int) string {

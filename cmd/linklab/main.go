@@ -201,6 +201,25 @@ func needRoot() error {
 	return nil
 }
 
+// openLab builds the lab under its prefix, once root is checked, with a
+// context that ends on SIGINT or SIGTERM; closeLab removes the lab and stops
+// catching the signals.
+func openLab() (ctx context.Context, top *lab.Topology, closeLab func(), err error) {
+	pfx, err := prefix()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := needRoot(); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if top, err = lab.Build(pfx); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, top, func() { top.Close(); stop() }, nil
+}
+
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -248,20 +267,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			cfg.Autoshape = bin
 		}
 	}
-	pfx, err := prefix()
+	ctx, top, closeLab, err := openLab()
 	if err != nil {
 		return err
 	}
-	if err := needRoot(); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	top, err := lab.Build(pfx)
-	if err != nil {
-		return err
-	}
-	defer top.Close()
+	defer closeLab()
 	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6}
 	for _, s := range parsed {
 		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *lf.name, sc.duration)
@@ -434,20 +444,11 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	pfx, err := prefix()
+	ctx, top, closeLab, err := openLab()
 	if err != nil {
 		return err
 	}
-	if err := needRoot(); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	top, err := lab.Build(pfx)
-	if err != nil {
-		return err
-	}
-	defer top.Close()
+	defer closeLab()
 	devs := map[estimator.Direction]string{estimator.Down: lab.ISPDown, estimator.Up: lab.ISPUp}
 	sweepArgs := []string{"netns", "exec", top.Rtr, bin, "sweep", "--direction", *direction,
 		"--from", *from, "--to", *to, "--step", *step, "--hold", *hold, "--streams", fmt.Sprint(*streams)}
