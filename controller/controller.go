@@ -269,6 +269,13 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 			wire = st.Bytes
 		}
 		c.est.AddCounter(d, now, wire)
+		// What reached the shaper: what it sent, dropped (at its mean
+		// packet size) and holds.
+		offered := st.Bytes + st.Backlog
+		if st.Packets > 0 {
+			offered += st.Drops * (st.Bytes / st.Packets)
+		}
+		c.est.AddOffered(d, now, st.Bytes, offered)
 		c.est.SetCapacityEstimate(d, float64(st.CapacityEstimate))
 		c.est.SetBacklog(d, st.Backlog)
 	}

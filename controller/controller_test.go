@@ -411,24 +411,27 @@ func TestCountersMakeLoad(t *testing.T) {
 		t.Errorf("load after one counter reading = %v, want 0", got)
 	}
 	// 62 500 bytes in 100 ms is 5 Mbit/s, half of Down's 10 Mbit/s; Up carries
-	// 25 000 bytes, 2 Mbit/s, all of its 2 Mbit/s.
+	// 25 000 bytes, 2 Mbit/s, all of its 2 Mbit/s. Down's shaper also
+	// dropped 10 packets of its mean 1250 bytes and holds 12 500 bytes: 87 500
+	// bytes reached it, 7 Mbit/s offered.
 	r.now = r.now.Add(step)
-	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 62_500, CapacityEstimate: 9_000_000})
+	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 62_500, Packets: 50, Drops: 10, Backlog: 12_500, CapacityEstimate: 9_000_000})
 	r.shapers[estimator.Up].SetStats(actuator.Stats{Bytes: 25_000})
 	r.sample()
 	r.tick()
 
 	type seen struct {
-		Achieved, Load, CapacityEstimate, ShaperRate float64
-		Reflectors                                   int
+		Achieved, Offered, Load, CapacityEstimate, ShaperRate float64
+		Backlog                                               uint64
+		Reflectors                                            int
 	}
 	want := [2]seen{
-		{Achieved: 5e6, Load: 0.5, CapacityEstimate: 9e6, ShaperRate: 10e6, Reflectors: 1},
-		{Achieved: 2e6, Load: 1, ShaperRate: 2e6, Reflectors: 1},
+		{Achieved: 5e6, Offered: 7e6, Load: 0.5, CapacityEstimate: 9e6, ShaperRate: 10e6, Backlog: 12_500, Reflectors: 1},
+		{Achieved: 2e6, Offered: 2e6, Load: 1, ShaperRate: 2e6, Reflectors: 1},
 	}
 	for _, d := range estimator.Directions {
 		o := r.ctrl.Observation(d)
-		got := seen{o.Achieved, o.Load, o.CapacityEstimate, o.ShaperRate, o.Reflectors}
+		got := seen{o.Achieved, o.Offered, o.Load, o.CapacityEstimate, o.ShaperRate, o.Backlog, o.Reflectors}
 		if diff := cmp.Diff(want[d], got); diff != "" {
 			t.Errorf("Observation(%v) mismatch (-want +got):\n%s", d, diff)
 		}

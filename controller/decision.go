@@ -48,6 +48,9 @@ func (d Decision) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddFloat64("threshold_ms", ms(d.Obs.Threshold))
 	enc.AddBool("bloat", d.Obs.Bloat)
 	enc.AddFloat64("achieved_kbit", d.Obs.Achieved/1000)
+	if d.Obs.Offered > 0 {
+		enc.AddFloat64("offered_kbit", d.Obs.Offered/1000)
+	}
 	enc.AddFloat64("load", d.Obs.Load)
 	if d.Obs.CapacityEstimate > 0 {
 		enc.AddFloat64("capacity_estimate_kbit", d.Obs.CapacityEstimate/1000)

@@ -24,6 +24,7 @@ type Record struct {
 	ThresholdMs          float64   `json:"threshold_ms"`
 	Bloat                bool      `json:"bloat"`
 	AchievedKbit         float64   `json:"achieved_kbit"`
+	OfferedKbit          float64   `json:"offered_kbit,omitempty"`
 	Load                 float64   `json:"load"`
 	CapacityEstimateKbit float64   `json:"capacity_estimate_kbit,omitempty"`
 	Reflectors           int       `json:"reflectors"`
@@ -41,7 +42,7 @@ func (d Decision) Record() Record {
 		FromKbit: d.From / 1000, RateKbit: d.To / 1000,
 		Reason: string(d.Reason), State: d.State.String(), Clamped: d.Clamped,
 		DelayMs: ms(d.Obs.Delta), ThresholdMs: ms(d.Obs.Threshold), Bloat: d.Obs.Bloat,
-		AchievedKbit: d.Obs.Achieved / 1000, Load: d.Obs.Load,
+		AchievedKbit: d.Obs.Achieved / 1000, OfferedKbit: d.Obs.Offered / 1000, Load: d.Obs.Load,
 		CapacityEstimateKbit: d.Obs.CapacityEstimate / 1000, Reflectors: d.Obs.Reflectors,
 		Iface: d.Change.Iface, Qdisc: d.Change.Kind, Written: d.Change.Wrote,
 		ReflectorDelayMs: reflectorDelays(d.Reflectors),

@@ -198,11 +198,24 @@ type direction struct {
 	// by Observe is spare until the following Observe.
 	pending, spare []time.Duration
 
-	last     time.Time // newest send time
-	seen     bool      // last is set
-	meter    rateMeter
-	capacity float64
-	backlog  uint64
+	last  time.Time // newest send time
+	seen  bool      // last is set
+	meter rateMeter
+	// sent and offered meter the shaper's IP counters: what it sent, and
+	// what reached it (sent, dropped and queued).
+	sent, offered rateMeter
+	capacity      float64
+	backlog       uint64
+}
+
+// offeredRate is the rate at which traffic reached the shaper, counted as
+// Achieved is: the achieved rate scaled by what reached the shaper over what
+// it sent in the same interval; 0 before AddOffered has measured both.
+func (ds *direction) offeredRate() float64 {
+	if ds.sent.rate <= 0 {
+		return 0
+	}
+	return ds.meter.rate * ds.offered.rate / ds.sent.rate
 }
 
 // New returns an Estimator with cfg's zero fields set to their defaults, or
@@ -286,6 +299,18 @@ func (e *Estimator) AddCounter(d Direction, t time.Time, bytes uint64) {
 	e.dirs[d].meter.add(t, bytes)
 }
 
+// AddOffered records a reading of direction d's shaper counters taken at t:
+// sent, the bytes it has sent, and offered, the bytes that have reached it
+// (sent, dropped and still queued), both as the kernel counts them. Read
+// with AddCounter's, they give the offered rate (see Observation.Offered).
+func (e *Estimator) AddOffered(d Direction, t time.Time, sent, offered uint64) {
+	if d != Down && d != Up {
+		return
+	}
+	e.dirs[d].sent.add(t, sent)
+	e.dirs[d].offered.add(t, offered)
+}
+
 // SetCapacityEstimate records CAKE's capacity estimate for direction d in
 // bit/s; 0 means there is none.
 func (e *Estimator) SetCapacityEstimate(d Direction, bps float64) {
@@ -343,6 +368,7 @@ func (e *Estimator) Observe(now time.Time, rates [2]float64) [2]Observation {
 			Direction:        d,
 			Threshold:        e.cfg.threshold(rates[d]),
 			Achieved:         ds.meter.rate,
+			Offered:          ds.offeredRate(),
 			ShaperRate:       rates[d],
 			Load:             loads[d],
 			CapacityEstimate: ds.capacity,

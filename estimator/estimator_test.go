@@ -555,6 +555,46 @@ func TestAchievedRate(t *testing.T) {
 	}
 }
 
+// TestOfferedRate checks the rate at which traffic reached the shaper: the
+// achieved (wire) rate scaled by what reached the shaper over what it sent.
+func TestOfferedRate(t *testing.T) {
+	type reading struct {
+		at                  time.Duration
+		wire, sent, offered uint64
+	}
+	tests := []struct {
+		name     string
+		readings []reading
+		want     float64
+	}{
+		{name: "no readings", want: 0},
+		{name: "first reading gives no rate", readings: []reading{{0, 1000, 900, 900}}, want: 0},
+		// 1 Mbit/s on the wire; twice as much reached the shaper as it sent
+		// (the rest it dropped or queued).
+		{name: "twice what was sent", readings: []reading{{0, 0, 0, 0}, {time.Second, 125_000, 100_000, 200_000}}, want: 2e6},
+		{name: "all of it sent", readings: []reading{{0, 0, 0, 0}, {time.Second, 125_000, 100_000, 100_000}}, want: 1e6},
+		{name: "nothing sent: unknown", readings: []reading{{0, 0, 0, 0}, {time.Second, 0, 0, 5000}}, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, d := range estimator.Directions {
+				e := newEstimator(t, estimator.Config{})
+				for _, r := range tt.readings {
+					e.AddCounter(d, at(r.at), r.wire)
+					e.AddOffered(d, at(r.at), r.sent, r.offered)
+				}
+				obs := e.Observe(at(10*time.Second), [2]float64{})
+				got := [2]float64{obs[0].Offered, obs[1].Offered}
+				var want [2]float64
+				want[d] = tt.want
+				if diff := cmp.Diff(want, got, approx); diff != "" {
+					t.Errorf("%v: Offered [down up] (-want +got):\n%s", d, diff)
+				}
+			}
+		})
+	}
+}
+
 func TestObserveWithoutSamples(t *testing.T) {
 	const ms = time.Millisecond
 	e := newEstimator(t, estimator.Config{})

@@ -100,6 +100,12 @@ type Observation struct {
 	Bloat bool
 	// Achieved is the rate through the shaper over the last counter interval.
 	Achieved float64
+	// Offered is the rate at which traffic reached the shaper over the same
+	// interval, counted as Achieved is: what it sent, dropped and added to
+	// its queue (0 when not measured). On download, while the link upstream
+	// holds a queue, it is what the link delivers: its capacity, however
+	// low the shaper's rate.
+	Offered float64
 	// ShaperRate is the shaper's rate when the observation was made.
 	ShaperRate float64
 	// Load is Achieved / ShaperRate (0 when the rate is unknown).

@@ -100,6 +100,7 @@ type path struct {
 	fq       []ring
 	fqBytes  []int64
 	sqBytes  int64
+	sqDrops  int64 // bytes the shaper dropped
 	aqm      []codel
 	target   int64 // CoDel target, ms
 	interval int64 // CoDel interval, ms
@@ -338,6 +339,7 @@ func (p *path) enqueueShaper(now int64, i int32, b int64, back float64) {
 	}
 	// CAKE's memory limit: 4 MB at these rates; beyond it, drop arrivals.
 	if p.sqBytes+b > 4<<20 {
+		p.sqDrops += b
 		p.drop(now, i, b, p.shaperDelay(), back)
 		return
 	}
@@ -457,6 +459,7 @@ func (p *path) codel(now int64, i int32, ahead, back float64) {
 	}
 	p.fqBytes[i] -= b
 	p.sqBytes -= b
+	p.sqDrops += b
 	p.drop(now, i, b, ahead, back)
 }
 

@@ -530,7 +530,9 @@ func (s *simShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, err
 }
 
 func (s *simShaper) Stats(context.Context) (actuator.Stats, error) {
-	st := actuator.Stats{Bytes: s.p.shaped, Backlog: uint64(s.p.sqBytes)}
+	// The model moves whole packets of PacketBytes through the shaper.
+	st := actuator.Stats{Bytes: s.p.shaped, Packets: s.p.shaped / PacketBytes,
+		Drops: uint64(s.p.sqDrops) / PacketBytes, Backlog: uint64(s.p.sqBytes)}
 	if s.p.dir == estimator.Down && s.p.m.cfg.CapacityEstimate {
 		st.CapacityEstimate = uint64(s.p.cake.bps())
 	}
