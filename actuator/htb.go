@@ -281,25 +281,36 @@ func keptOptions(c *tc.Htb, rate, ceil uint64) *tc.Htb {
 // resizeLeaf sets the bfifo leaf qdisc handle under class parent to limit
 // bytes; it leaves any other kind of leaf alone.
 func (h *htb) resizeLeaf(ifindex, handle, parent, limit uint32) error {
+	return h.resizeLeaves(ifindex, leafSize{handle, parent, limit})
+}
+
+// A leafSize is a bfifo leaf's handle, its class and its size in bytes.
+type leafSize struct{ handle, parent, limit uint32 }
+
+// resizeLeaves sets each bfifo leaf to its size, from one read of the
+// qdiscs; it leaves any other kind of leaf alone.
+func (h *htb) resizeLeaves(ifindex uint32, leaves ...leafSize) error {
 	qdiscs, err := h.conn.Qdisc().Get()
 	if err != nil {
 		return fmt.Errorf("failed to read qdiscs: %w", err)
 	}
-	for _, q := range qdiscs {
-		if q.Ifindex != ifindex || q.Handle != handle || q.Parent != parent {
-			continue
+	for _, l := range leaves {
+		for _, q := range qdiscs {
+			if q.Ifindex != ifindex || q.Handle != l.handle || q.Parent != l.parent {
+				continue
+			}
+			if q.Kind != "bfifo" || (q.Bfifo != nil && q.Bfifo.Limit == l.limit) {
+				break
+			}
+			err := h.conn.Qdisc().Change(&tc.Object{
+				Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: l.handle, Parent: l.parent},
+				Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: l.limit}},
+			})
+			if err != nil {
+				return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(l.handle), l.limit, err)
+			}
+			break
 		}
-		if q.Kind != "bfifo" || (q.Bfifo != nil && q.Bfifo.Limit == limit) {
-			return nil
-		}
-		err := h.conn.Qdisc().Change(&tc.Object{
-			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: handle, Parent: parent},
-			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: limit}},
-		})
-		if err != nil {
-			return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(handle), limit, err)
-		}
-		return nil
 	}
 	return nil
 }

@@ -70,14 +70,14 @@ func TestHTBLifecycle(t *testing.T) {
 	if err := h.Create(l.ifindex, 20_000_000); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	// This kernel lacks fq_codel: the priority split, whose bulk leaf is a
-	// bfifo of 5 ms at 20 Mbit/s.
+	// This kernel lacks fq_codel: the priority split, whose leaves are
+	// bfifos of 5 ms at 20 Mbit/s.
 	mustContain(t, "tc class show", l.tcShow(t, false, "class"),
 		"class htb 1:1 root rate 20Mbit ceil 20Mbit",
 		"class htb 1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
 		"class htb 1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit")
 	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"),
-		"qdisc htb 1: root", "default 0x12", "qdisc bfifo 12: parent 1:12 limit 12500b", "qdisc bfifo 11: parent 1:11 limit 17280b")
+		"qdisc htb 1: root", "default 0x12", "qdisc bfifo 12: parent 1:12 limit 12500b", "qdisc bfifo 11: parent 1:11 limit 12500b")
 	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"),
 		"protocol ip pref 1 u32", "*flowid 1:11", "match 00000000/0000ff00 at 0",
 		"protocol ipv6 pref 2 u32", "match 00000000/ff000000 at 4")
@@ -86,20 +86,21 @@ func TestHTBLifecycle(t *testing.T) {
 	}
 
 	for _, step := range []struct {
-		bps      uint64
-		classes  []string
-		bfifo    string
-		wantRate uint64
+		bps           uint64
+		classes       []string
+		bfifo, sparse string
+		wantRate      uint64
 	}{
 		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}, "limit 6250b", 10_000_000},
+			"1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
 		// The same rate again: nothing to write, Rate unchanged.
-		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit"}, "limit 6250b", 10_000_000},
-		// 123 kbit/s: the bulk bfifo keeps 4 full frames.
+		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
+		// 123 kbit/s: the bulk bfifo keeps 4 full frames, the sparse one 4
+		// small ones.
 		{123_000, []string{"1:1 root rate 123Kbit ceil 123Kbit", "1:11 parent 1:1 leaf 11: prio 0 rate 107632bit ceil 123Kbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 15368bit ceil 123Kbit"}, "limit 6056b", 123_000},
+			"1:12 parent 1:1 leaf 12: prio 1 rate 15368bit ceil 123Kbit"}, "limit 6056b", "limit 1080b", 123_000},
 		{20_000_000, []string{"1:1 root rate 20Mbit ceil 20Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", 20_000_000},
+			"1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", "limit 12500b", 20_000_000},
 	} {
 		if err := h.SetRate(l.ifindex, step.bps); err != nil {
 			t.Fatalf("SetRate(%d): %v", step.bps, err)
@@ -108,7 +109,7 @@ func TestHTBLifecycle(t *testing.T) {
 		for _, c := range step.classes {
 			mustContain(t, "tc class show", classes, "class htb "+c)
 		}
-		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 "+step.bfifo, "bfifo 11: parent 1:11 limit 17280b")
+		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 "+step.bfifo, "bfifo 11: parent 1:11 "+step.sparse)
 		got, err := h.Rate(l.ifindex)
 		if err != nil {
 			t.Fatalf("Rate: %v", err)
@@ -345,7 +346,7 @@ func TestHTBSplitLikeIproute2(t *testing.T) {
 	tcDo("class", "add", "dev", other.Dev, "parent", "1:", "classid", "1:1", "htb", "rate", "2mbit", "ceil", "2mbit")
 	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:11", "htb", "rate", "1750kbit", "ceil", "2mbit", "prio", "0")
 	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "250kbit", "ceil", "2mbit", "prio", "1")
-	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:11", "handle", "11:", "bfifo", "limit", "17280")
+	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:11", "handle", "11:", "bfifo", "limit", "1250")
 	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:12", "handle", "12:", "bfifo", "limit", "6056")
 	tcDo("filter", "add", "dev", other.Dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
 		"match", "u16", "0", "0xff00", "at", "2", "flowid", "1:11")

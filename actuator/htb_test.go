@@ -246,29 +246,31 @@ func TestHTBSplitSizes(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		bytes uint64
-		// Want the sparse and bulk classes' rates in bytes/s and the bulk
-		// bfifo's limit in bytes.
-		sparse, bulk uint64
-		bulkLimit    uint32
+		// Want the sparse and bulk classes' rates in bytes/s and their
+		// bfifos' limits in bytes.
+		sparse, bulk           uint64
+		sparseLimit, bulkLimit uint32
 	}{
 		// The lowest rate: half each, both above zero.
-		{"8 kbit/s", 1000, 500, 500, 6056},
+		{"8 kbit/s", 1000, 500, 500, 1080, 6056},
 		// Below 64 kbit/s the bulk class keeps 8 kbit/s.
-		{"32 kbit/s", 4000, 3000, 1000, 6056},
-		{"64 kbit/s", 8000, 7000, 1000, 6056},
-		{"128 kbit/s", 16_000, 14_000, 2000, 6056},
-		// The lab's ADSL upload: 4 frames are 22 ms, 5 ms would be 1375 bytes.
-		{"2.2 Mbit/s", 275_000, 240_625, 34_375, 6056},
+		{"32 kbit/s", 4000, 3000, 1000, 1080, 6056},
+		{"64 kbit/s", 8000, 7000, 1000, 1080, 6056},
+		{"128 kbit/s", 16_000, 14_000, 2000, 1080, 6056},
+		// The lab's ADSL upload: 4 frames are 22 ms, 5 ms would be 1375
+		// bytes; the sparse class holds 5 ms, more than 4 small frames.
+		{"2.2 Mbit/s", 275_000, 240_625, 34_375, 1375, 6056},
 		// 5 ms takes over from 4 frames at 9.69 Mbit/s.
-		{"9 Mbit/s", 1_125_000, 984_375, 140_625, 6056},
-		{"10 Mbit/s", 1_250_000, 1_093_750, 156_250, 6250},
-		{"100 Mbit/s", 12_500_000, 10_937_500, 1_562_500, 62_500},
-		{"40 Gbit/s", 5_000_000_000, 4_375_000_000, 625_000_000, 25_000_000},
-		{"largest", math.MaxUint64 / 1000, math.MaxUint64/1000 - math.MaxUint64/1000/8, math.MaxUint64 / 1000 / 8, math.MaxUint32},
+		{"9 Mbit/s", 1_125_000, 984_375, 140_625, 5625, 6056},
+		{"10 Mbit/s", 1_250_000, 1_093_750, 156_250, 6250, 6250},
+		// The sparse class holds at most 64 small frames.
+		{"100 Mbit/s", 12_500_000, 10_937_500, 1_562_500, 17_280, 62_500},
+		{"40 Gbit/s", 5_000_000_000, 4_375_000_000, 625_000_000, 17_280, 25_000_000},
+		{"largest", math.MaxUint64 / 1000, math.MaxUint64/1000 - math.MaxUint64/1000/8, math.MaxUint64 / 1000 / 8, 17_280, math.MaxUint32},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want := [2]htbChild{
-				{name: "sparse", class: htbSparseClass, leaf: htbSparseLeaf, prio: 0, rate: tt.sparse, fifoLimit: 17_280},
+				{name: "sparse", class: htbSparseClass, leaf: htbSparseLeaf, prio: 0, rate: tt.sparse, fifoLimit: tt.sparseLimit},
 				{name: "bulk", class: htbBulkClass, leaf: htbBulkLeaf, prio: 1, rate: tt.bulk, fifoLimit: tt.bulkLimit},
 			}
 			if diff := cmp.Diff(want, htbSplit(tt.bytes), cmp.AllowUnexported(htbChild{})); diff != "" {

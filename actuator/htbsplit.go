@@ -47,10 +47,10 @@ const (
 	// ICMP echoes and most DNS queries. The filters test that the high
 	// byte of the 16-bit length is zero.
 	htbSmallPacket = 256
-	// htbSparseLimit is the sparse class's bfifo: room for a burst of 64
-	// of the largest packets the filters send there, Ethernet header
-	// included (the kernel counts it on egress and on an IFB).
-	htbSparseLimit = 64 * (htbSmallPacket + 14)
+	// htbSparseFrame is the largest frame the filters send to the sparse
+	// class, Ethernet header included (the kernel counts it on egress and
+	// on an IFB).
+	htbSparseFrame = htbSmallPacket + 14
 	// htbBulkShare: the bulk class is guaranteed 1/htbBulkShare of the
 	// rate, the sparse class the rest; each may borrow up to the whole
 	// rate.
@@ -71,6 +71,17 @@ const (
 func htbSplitRates(bytes uint64) (sparse, bulk uint64) {
 	bulk = max(bytes/htbBulkShare, min(minHTBRate/8, bytes/2))
 	return bytes - bulk, bulk
+}
+
+// sparseFifoLimit is the sparse class's bfifo at a rate of bytes/s: 5 ms of
+// the rate, at least 4 and at most 64 of the largest sparse frames. The
+// controller's own probes wait in this queue: when the rate falls under what
+// a download's ACKs need on the upload (on ATM about a third of 2.6 Mbit/s),
+// a deeper queue would fill with ACKs and hold the probes for hundreds of
+// milliseconds, which the controller would read as bloat and cut further.
+// Dropped ACKs cost little: the next one acknowledges the same data.
+func sparseFifoLimit(bytes uint64) uint32 {
+	return uint32(min(max(bytes*5/1000, 4*htbSparseFrame), 64*htbSparseFrame))
 }
 
 // bulkFifoLimit is the bulk class's bfifo at a rate of bytes/s: 5 ms of the
@@ -125,7 +136,7 @@ type htbChild struct {
 func htbSplit(bytes uint64) [2]htbChild {
 	sparse, bulk := htbSplitRates(bytes)
 	return [2]htbChild{
-		{name: "sparse", class: htbSparseClass, leaf: htbSparseLeaf, prio: 0, rate: sparse, fifoLimit: htbSparseLimit},
+		{name: "sparse", class: htbSparseClass, leaf: htbSparseLeaf, prio: 0, rate: sparse, fifoLimit: sparseFifoLimit(bytes)},
 		{name: "bulk", class: htbBulkClass, leaf: htbBulkLeaf, prio: 1, rate: bulk, fifoLimit: bulkFifoLimit(bytes)},
 	}
 }
@@ -186,8 +197,8 @@ func findSplit(classes []tc.Object) (children [2]tc.Object, ok bool) {
 }
 
 // setSplitRate changes the split to a rate of bytes/s: class 1:1 to top,
-// both children to their shares with the rate as ceiling, and the bulk
-// bfifo to its size at the rate. Each keeps its link layer, overhead, MPU,
+// both children to their shares with the rate as ceiling, and both bfifos
+// to their sizes at the rate. Each keeps its link layer, overhead, MPU,
 // quantum and priority as the kernel holds them, and only what differs is
 // written. Class 1:1 is written last: Rate reads it, so after a failure
 // part-way the rate still reads as the old one and the next SetRate does
@@ -210,9 +221,12 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 	if len(writes) == 0 {
 		return nil
 	}
-	// The bulk leaf first, as in the single-class tree: the class writes
-	// after it are the ones a retry finds undone.
-	if err := h.resizeLeaf(ifindex, htbBulkLeaf, htbBulkClass, bulkFifoLimit(bytes)); err != nil {
+	// The leaves first, as in the single-class tree: the class writes
+	// after them are the ones a retry finds undone.
+	split := htbSplit(bytes)
+	if err := h.resizeLeaves(ifindex,
+		leafSize{split[0].leaf, split[0].class, split[0].fifoLimit},
+		leafSize{split[1].leaf, split[1].class, split[1].fifoLimit}); err != nil {
 		return err
 	}
 	for _, w := range writes {

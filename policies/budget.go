@@ -29,9 +29,9 @@ type BudgetConfig struct {
 	// Step is the largest rise per second, as a fraction of the rate, default
 	// 2 (+200 %/s), reached with the whole headroom below Hold and a quarter
 	// of it at Hold, and slowed as the share of recent time over the budget
-	// grows (to a tenth at half the time). Near a rate where bloat was recently seen the rise is
-	// GentleStep per second, default 0.02.
-	Step, GentleStep float64
+	// grows (to a tenth at half the time). Near a ceiling the link has shown
+	// the rise follows a curve of its own (see Budget).
+	Step float64
 	// Memory is how long a rate where bloat was seen stays remembered, default
 	// 10s.
 	Memory time.Duration
@@ -75,9 +75,6 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 	if c.Step == 0 {
 		c.Step = 2
 	}
-	if c.GentleStep == 0 {
-		c.GentleStep = 0.02
-	}
 	if c.Memory == 0 {
 		c.Memory = 10 * time.Second
 	}
@@ -107,8 +104,8 @@ func (c BudgetConfig) Validate() error {
 		return fmt.Errorf("budget policy: cuts must satisfy 0 < min_cut (%g) <= max_cut (%g) < 1", c.MinCut, c.MaxCut)
 	case c.Refractory < 0:
 		return fmt.Errorf("budget policy: refractory %v is negative", c.Refractory)
-	case !(c.Step > 0 && c.Step <= 10) || !(c.GentleStep > 0 && c.GentleStep <= c.Step):
-		return fmt.Errorf("budget policy: steps must satisfy 0 < gentle_step (%g) <= step (%g) <= 10", c.GentleStep, c.Step)
+	case !(c.Step > 0 && c.Step <= 10):
+		return fmt.Errorf("budget policy: step %g must be in (0, 10]", c.Step)
 	case c.Memory < 0 || c.Standing < 0:
 		return fmt.Errorf("budget policy: memory %v or standing %v is negative", c.Memory, c.Standing)
 	case !(c.Loaded > 0 && c.Loaded <= 1):
@@ -140,20 +137,26 @@ func (c BudgetConfig) Validate() error {
 //     Drain; never by more than half. A further cut waits for the refractory
 //     time plus the delay that caused the last one, and until twice that
 //     only follows a delay that is still growing.
+//     When all of the rate got through (always so on upload, where our
+//     shaper is upstream of the bottleneck) the capacity is unmeasured and
+//     lies below the rate: the cut goes twice as deep.
 //   - Between Hold and the budget: ease off to MaxCut of what gets through,
 //     spaced like cuts: holding a rate above the capacity would let the queue
-//     grow into the budget. An ease marks a ceiling as a cut does.
+//     grow into the budget.
 //   - Loaded and under Hold: rise, by up to Step per second scaled by the
 //     headroom left below Hold and slowed by the share of recent time spent
-//     over the budget, and not past 90 % of a ceiling the link has shown
-//     twice in one step; within 10 % of that ceiling
-//     (two cuts or eases that agreed, within Memory) only by GentleStep per
-//     second, growing with the time t since the last one as 1 + t²/4 (as
-//     CUBIC probes past its last window), and with Hold lowered to half,
-//     since the rate sits just under it; past the zone, convex from the
-//     moment it left the zone, as GentleStep x (1 + 4t²), until Memory has
-//     passed.
+//     over the budget. Near a ceiling the link has shown (two episodes of
+//     delay whose cuts or eases agreed within 10 %, within Memory, on a link
+//     that delivered a steady rate, or three that agreed, or a capacity
+//     drop), with Hold lowered to half since the rate sits just
+//     under it: fast only up to 90 % of it, then along CUBIC's window curve
+//     (see plateau): concave up to the ceiling, a plateau there, convex past
+//     it.
 //   - Unloaded: drift towards base.
+//
+// Each cut or ease marks a ceiling (see mark): what got through when that
+// measures the link, else the knee, the rate when the delay last showed next
+// to no queue.
 type Budget struct {
 	cfg       BudgetConfig
 	last      time.Time // previous call
@@ -161,14 +164,17 @@ type Budget struct {
 	cutDelay  time.Duration // the delay that triggered the last cut
 	bloatRate float64       // the capacity seen at the last cut
 	prevBloat float64       // and at the one before
+	prevPrev  float64       // and before that
 	bloatAt   time.Time
 	dropAt    time.Time // the last capacity drop
-	pastAt    time.Time // the rate rose past the ceiling's zone
 	// justDropped: the previous call was a capacity drop.
 	justDropped bool
-	achieved    float64   // achieved rate smoothed over about 200ms
-	overSince   time.Time // the delay has been over Hold since
-	overShare   float64   // share of the last ~5 s over the budget
+	achieved    float64 // achieved rate smoothed over about 200ms
+	// knee is the rate of the last loaded call with next to no queue.
+	knee      float64
+	kneeAt    time.Time
+	overSince time.Time // the delay has been over Hold since
+	overShare float64   // share of the last ~5 s over the budget
 	// What got through while loaded: mean and variance over about 2 s, and
 	// the loaded time behind them in seconds (worn down by unloaded time).
 	loadedMean, loadedVar float64
@@ -227,6 +233,9 @@ func (b *Budget) Next(in Input) Proposal {
 		overNow = 1
 	}
 	b.overShare += (overNow - b.overShare) * math.Min(dt/5, 1)
+	if delay <= c.Hold/2 && (o.Load >= c.Loaded || o.Backlog >= limitingBacklog) {
+		b.knee, b.kneeAt = rate, in.Now
+	}
 	if p, ok := b.capacityDrop(in, dt); ok {
 		return p
 	}
@@ -269,8 +278,7 @@ func (b *Budget) Next(in Input) Proposal {
 			}
 			b.lastCut = in.Now
 			b.cutDelay = delay
-			b.prevBloat, b.bloatRate = b.bloatRate, b.delivered(in)
-			b.bloatAt = in.Now
+			b.mark(in)
 			next := math.Max(ref*c.MaxCut, floor)
 			return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
 		}
@@ -284,27 +292,21 @@ func (b *Budget) Next(in Input) Proposal {
 	if o.Load >= c.Loaded || (o.Backlog >= limitingBacklog && o.Load >= c.Loaded/2) {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
-		if b.gentle(in) {
-			// Near the ceiling: gently at first, then faster the longer
-			// it has held (as CUBIC probes past its last window), so a
-			// capacity that came back is found within seconds.
-			since := in.Now.Sub(b.bloatAt).Seconds()
-			step = math.Min(step, c.GentleStep*(1+since*since/4))
-		} else if b.steady(in.Now) && rate > 1.1*b.bloatRate {
-			// Past the ceiling's zone: convex from the moment the rate
-			// left it, slow at first (the capacity may be just above),
-			// then fast (it has grown): GentleStep x (1 + 4t²).
-			if b.pastAt.IsZero() {
-				b.pastAt = in.Now
-			}
-			since := in.Now.Sub(b.pastAt).Seconds()
-			step = math.Min(step, c.GentleStep*(1+4*since*since))
-		}
-		if rate <= 1.1*b.bloatRate {
-			b.pastAt = time.Time{}
+		target := b.bloatRate * b.plateau(in.Now)
+		if b.steady(in.Now) && rate >= (b.zone(in.Now)-0.01)*b.bloatRate && rate <= math.Max(1.1*b.bloatRate, target) {
+			// In the ceiling's zone or on the curve past it: as CUBIC
+			// probes around its last window, concave up to the ceiling,
+			// a plateau at it, then convex past it, so that the rate
+			// crosses the knee slowly (the queue it builds there stays
+			// small by the time the delay shows it) and a capacity that
+			// came back is found within seconds. (A rate above both, set
+			// by a bound, says the ceiling is not the link's: it rises
+			// as on any link.)
+			next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*dt)
+			return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 		}
 		next := rate * (1 + step*headroom*dt)
-		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) && !b.gentle(in) && rate < edge {
+		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) && rate < edge {
 			// Fast up to the ceiling's zone, not past its edge in one step.
 			next = math.Min(next, edge)
 		}
@@ -346,16 +348,20 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
 	// rate. In the next one the bottleneck still drains the senders' queue,
-	// so what gets through is the new capacity, measured cleanly (or the new
-	// rate, when that is lower): if it is lower by more than a tenth, it is
-	// the ceiling, and if it is under the new rate, cut again, to MinCut of
-	// it. (Later, less getting through may as well be the senders backing
-	// off after their losses.)
+	// so what reaches our shaper on download is the new capacity, measured
+	// cleanly, however low the new rate (what gets through it is no more
+	// than that rate; on upload it is all there is): if it is lower than the
+	// drop's own measure, it is the ceiling, and if it is under the new rate,
+	// cut again, to MinCut of it. (Later, less getting through may as well
+	// be the senders backing off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
-	if refine && o.Achieved < 0.9*b.bloatRate && o.Achieved >= 0.1*b.bloatRate {
-		capacity := o.Achieved
-		b.prevBloat, b.bloatRate = capacity, capacity
+	capacity := o.Achieved
+	if o.Direction == estimator.Down {
+		capacity = math.Max(capacity, o.Offered)
+	}
+	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
+		b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
 		b.bloatAt = in.Now
 		b.achieved = capacity
 		if capacity < 0.97*in.Rate {
@@ -380,7 +386,10 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
 	// Nearly nothing getting through is more likely traffic that ended than
 	// a link that lost nine tenths of its capacity: the idle rules handle it.
-	if stretch < 1 || dev >= 0.1*mean ||
+	// At the lowest rate allowed nothing can be cut, and the steady history
+	// is the bound's, not the link's: a dip there (the senders backing off)
+	// would only set a ceiling under the bound and hold the rate at it.
+	if stretch < 1 || dev >= 0.1*mean || in.Rate <= in.Bounds.Min ||
 		o.Load >= 0.7 || o.Achieved >= 0.7*mean || o.Achieved < 0.1*mean {
 		return Proposal{}, false
 	}
@@ -388,9 +397,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 		return Proposal{}, false
 	}
 	// A capacity measured directly, not inferred from a delay: rise gently
-	// near it (see gentle) as if two cuts had agreed on it.
-	capacity := o.Achieved
-	b.prevBloat, b.bloatRate = capacity, capacity
+	// near it as if two episodes had agreed on it.
+	capacity = o.Achieved
+	b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
 	b.lastCut = in.Now
 	b.cutDelay = 0
 	b.bloatAt = in.Now
@@ -400,16 +409,53 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	return Proposal{Rate: in.Bounds.Clamp(capacity * c.MinCut), Reason: ReasonDrop}, true
 }
 
-// gentle reports whether rate is near the capacity seen at the last bloat
-// (within ±10 %, for Memory after it), where the policy rises only gently.
-// That applies only when the last two cuts agreed on the capacity (within
-// 10 %): a link that shows the same ceiling twice is likely to keep it, while
-// on a link whose capacity moves, such as a cellular one, the last ceiling
-// says little about the next.
-func (b *Budget) gentle(in Input) bool {
-	// The zone starts a little under 90 %, so that a rate the fast rise
-	// stopped at its edge is in it, however the controller rounded it.
-	return b.steady(in.Now) && in.Rate >= (b.zone(in.Now)-0.01)*b.bloatRate && in.Rate <= 1.1*b.bloatRate
+// measuredKnee is where under a measured capacity the queue starts to grow:
+// what the bottleneck delivers while it holds a queue is its capacity, and a
+// rate just at it keeps that queue.
+const measuredKnee = 0.97
+
+// mark records a ceiling: the capacity the link showed when the delay rose.
+// When less got through than the rate allowed, what got through is the
+// capacity, measured (download: the bottleneck upstream of our shaper
+// delivers its capacity while it holds a queue), and the ceiling is
+// measuredKnee of it. When all of it got through,
+// our shaper was the limit and the capacity lies below the rate: the best
+// guess is the knee, the rate when the delay last showed next to no queue.
+// Later marks in one episode (the delay not back under hold since the last
+// mark) measure the rate the policy cut to rather than the link, so the
+// episode keeps its highest.
+func (b *Budget) mark(in Input) {
+	if in.Rate <= in.Bounds.Min {
+		// The bound's rate, not the link's: nothing to learn.
+		return
+	}
+	capacity := b.delivered(in)
+	switch {
+	case capacity < 0.97*in.Rate:
+		capacity *= measuredKnee
+	case b.knee > 0 && in.Now.Sub(b.kneeAt) < b.cfg.Memory:
+		capacity = math.Min(capacity, b.knee)
+	}
+	if b.bloatRate > 0 && !b.overSince.IsZero() && !b.overSince.After(b.bloatAt) {
+		b.bloatRate = math.Max(b.bloatRate, capacity)
+	} else {
+		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
+	}
+	b.bloatAt = in.Now
+}
+
+// plateauAt is how long after a ceiling was marked the gentle rise reaches
+// it; the rise is as slow again past it before it leaves the zone.
+const plateauAt = 3 * time.Second
+
+// plateau is where the gentle rise stands, as a fraction of the ceiling, at
+// now: from the zone's edge at the mark, concave up to the ceiling at
+// plateauAt, then convex, out of the zone at twice that (CUBIC's window
+// curve, W(t) = Wmax + C(t - K)^3).
+func (b *Budget) plateau(now time.Time) float64 {
+	z := b.zone(now)
+	x := now.Sub(b.bloatAt).Seconds()/plateauAt.Seconds() - 1
+	return 1 + (1-z)*x*x*x
 }
 
 // zone is where the gentle zone starts, as a fraction of the ceiling: 90 %,
@@ -424,9 +470,10 @@ func (b *Budget) zone(now time.Time) float64 {
 	return 0.9
 }
 
-// steady reports whether the last two cuts, within Memory, agreed on the
-// capacity (within 10 %), or a capacity drop was measured within Memory:
-// the link shows a ceiling of its own.
+// steady reports whether the link shows a ceiling of its own: a capacity
+// drop was measured within Memory, or the last two episodes' ceilings,
+// within Memory, agreed (within 10 %) and what got through while loaded
+// varied little, or the last three agreed.
 func (b *Budget) steady(now time.Time) bool {
 	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
@@ -434,8 +481,21 @@ func (b *Budget) steady(now time.Time) bool {
 	if !b.dropAt.IsZero() && now.Sub(b.dropAt) < b.cfg.Memory {
 		return true
 	}
-	return math.Abs(b.bloatRate-b.prevBloat) <= 0.1*b.bloatRate
+	if math.Abs(b.bloatRate-b.prevBloat) > 0.1*b.bloatRate {
+		return false
+	}
+	// Two ceilings agree by chance on a link whose capacity moves (a
+	// cellular one): that takes what got through while loaded to have
+	// varied little as well, or a third ceiling that agrees.
+	if math.Sqrt(b.loadedVar) < 0.1*b.loadedMean+countingNoise {
+		return true
+	}
+	return math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
 }
+
+// countingNoise is how much a tick's achieved rate varies on a steady link
+// from counting whole packets: two full-size packets per 50 ms tick.
+const countingNoise = 2 * 1500 * 8 / 0.05
 
 // cut handles a bloated observation.
 func (b *Budget) cut(in Input) Proposal {
@@ -457,11 +517,16 @@ func (b *Budget) cut(in Input) Proposal {
 	}
 	capacity := b.delivered(in)
 	over := float64(delay-c.Hold) / float64(c.Drain)
+	if capacity >= 0.97*in.Rate {
+		// All the rate got through: our shaper, not the link, limited it
+		// (always so on upload), and the capacity lies below the rate by
+		// an unknown amount: cut twice as deep as the delay asks.
+		over *= 2
+	}
 	factor := math.Min(math.Max(1-over, c.MinCut), c.MaxCut)
-	b.prevBloat, b.bloatRate = b.bloatRate, capacity
+	b.mark(in)
 	b.lastCut = in.Now
 	b.cutDelay = delay
-	b.bloatAt = in.Now
 	// Never more than MinCut of the rate in one step, unless less gets
 	// through than the rate allows (but not next to nothing, as in a fade):
 	// then what gets through is the capacity, measured.

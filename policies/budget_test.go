@@ -33,6 +33,7 @@ type budgetStep struct {
 	bloat bool          // the estimator's bloat verdict
 	// achieved and load are the tick's achieved rate and load ratio.
 	achieved, load float64
+	offered        float64       // what reached the shaper, 0 for unmeasured
 	capacity       float64       // CAKE's estimate, 0 for none
 	threshold      time.Duration // defaultBudget when zero
 	backlog        uint64        // bytes queued in the shaper
@@ -67,6 +68,7 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 				Threshold:        threshold,
 				Bloat:            s.bloat,
 				Achieved:         s.achieved,
+				Offered:          s.offered,
 				ShaperRate:       s.rate,
 				Load:             s.load,
 				CapacityEstimate: s.capacity,
@@ -154,7 +156,6 @@ func TestDefaultBudgetConfig(t *testing.T) {
 				MaxCut:     0.95,
 				Refractory: 250 * time.Millisecond,
 				Step:       2,
-				GentleStep: 0.02,
 				Memory:     10 * time.Second,
 				Standing:   300 * time.Millisecond,
 				Loaded:     0.9,
@@ -166,7 +167,7 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			budget: 0,
 			want: policies.BudgetConfig{
 				Budget: 15 * time.Millisecond, Hold: 11250 * time.Microsecond, Drain: 300 * time.Millisecond,
-				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2, GentleStep: 0.02,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2,
 				Memory: 10 * time.Second, Standing: 300 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
@@ -175,7 +176,7 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			budget: 40 * time.Millisecond,
 			want: policies.BudgetConfig{
 				Budget: 40 * time.Millisecond, Hold: 30 * time.Millisecond, Drain: 800 * time.Millisecond,
-				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2, GentleStep: 0.02,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2,
 				Memory: 10 * time.Second, Standing: 800 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
@@ -205,7 +206,7 @@ func TestNewBudget(t *testing.T) {
 		{name: "budget only", cfg: policies.BudgetConfig{Budget: 30 * ms}},
 		{name: "hold equal to budget", cfg: policies.BudgetConfig{Budget: 10 * ms, Hold: 10 * ms}},
 		{name: "min cut equal to max cut", cfg: policies.BudgetConfig{MinCut: 0.8, MaxCut: 0.8}},
-		{name: "gentle step equal to step", cfg: policies.BudgetConfig{Step: 0.5, GentleStep: 0.5}},
+		{name: "step 10", cfg: policies.BudgetConfig{Step: 10}},
 		{name: "loaded 1", cfg: policies.BudgetConfig{Loaded: 1}},
 		{name: "negative budget", cfg: policies.BudgetConfig{Budget: -ms}, field: "policy: budget"},
 		{name: "hold above budget", cfg: policies.BudgetConfig{Budget: 10 * ms, Hold: 11 * ms}, field: "hold"},
@@ -216,8 +217,8 @@ func TestNewBudget(t *testing.T) {
 		{name: "max cut above 1", cfg: policies.BudgetConfig{MaxCut: 1.2}, field: "max_cut"},
 		{name: "negative min cut", cfg: policies.BudgetConfig{MinCut: -0.1}, field: "min_cut"},
 		{name: "negative refractory", cfg: policies.BudgetConfig{Refractory: -ms}, field: "refractory"},
-		{name: "gentle step above step", cfg: policies.BudgetConfig{Step: 0.5, GentleStep: 0.6}, field: "gentle_step"},
-		{name: "step above 10", cfg: policies.BudgetConfig{Step: 11}, field: "step ("},
+		{name: "negative step", cfg: policies.BudgetConfig{Step: -1}, field: "step -1"},
+		{name: "step above 10", cfg: policies.BudgetConfig{Step: 11}, field: "step 11"},
 		{name: "negative memory", cfg: policies.BudgetConfig{Memory: -ms}, field: "memory"},
 		{name: "negative standing", cfg: policies.BudgetConfig{Standing: -ms}, field: "standing"},
 		{name: "loaded above 1", cfg: policies.BudgetConfig{Loaded: 1.5}, field: "loaded"},
@@ -261,7 +262,7 @@ func TestBudgetCut(t *testing.T) {
 		},
 		{
 			name:  "half a drain over hold halves",
-			steps: []budgetStep{{rate: 20e6, delta: millis(161.25), bloat: true, achieved: 20e6, load: 1}},
+			steps: []budgetStep{{rate: 25e6, delta: millis(161.25), bloat: true, achieved: 20e6, load: 0.8}},
 			want:  []policies.Proposal{{Rate: 10e6, Reason: reasonBloat}},
 		},
 		{
@@ -287,9 +288,12 @@ func TestBudgetCut(t *testing.T) {
 			want: []policies.Proposal{{Rate: 5e6, Reason: reasonBloat}},
 		},
 		{
+			// All of the rate got through: the capacity is unmeasured, below
+			// the rate by an unknown amount, so the cut is twice as deep:
+			// 1 - 2 x 60/300 = 0.6.
 			name:  "achieved above the rate counts as the rate",
 			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 60e6, load: 1.2}},
-			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
+			want:  []policies.Proposal{{Rate: 30e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "no achieved rate: CAKE's estimate",
@@ -302,9 +306,9 @@ func TestBudgetCut(t *testing.T) {
 			want:  []policies.Proposal{{Rate: 32e6, Reason: reasonBloat}},
 		},
 		{
-			name:  "nothing measured: the rate",
+			name:  "nothing measured: the rate, twice as deep",
 			steps: []budgetStep{{rate: 50e6, delta: millis(71.25), bloat: true}},
-			want:  []policies.Proposal{{Rate: 40e6, Reason: reasonBloat}},
+			want:  []policies.Proposal{{Rate: 30e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "median over the budget cuts without the bloat verdict",
@@ -348,7 +352,7 @@ func TestBudgetRefractory(t *testing.T) {
 	first := budgetStep{rate: 50e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 0.8}
 	firstCut := policies.Proposal{Rate: 32e6, Reason: reasonBloat}
 	bloated := func(at, delta time.Duration) budgetStep {
-		return budgetStep{at: at, rate: 32e6, delta: delta, bloat: true, achieved: 40e6, load: 1.25}
+		return budgetStep{at: at, rate: 32e6, delta: delta, bloat: true, achieved: 30e6, load: 30.0 / 32}
 	}
 	hold := policies.Proposal{Rate: 32e6, Reason: reasonHold}
 	runBudgetCases(t, []budgetCase{
@@ -360,8 +364,9 @@ func TestBudgetRefractory(t *testing.T) {
 		{
 			name:  "after the wait a growing delay cuts",
 			steps: []budgetStep{first, bloated(millis(321.25), millis(101.25))},
-			// capacity min(32, 40) Mbit/s, factor 1 - 90/300 = 0.7.
-			want: []policies.Proposal{firstCut, {Rate: 22.4e6, Reason: reasonBloat}},
+			// capacity 30 Mbit/s (a gap of 200ms or more takes it as it
+			// is), factor 1 - 90/300 = 0.7.
+			want: []policies.Proposal{firstCut, {Rate: 21e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "between the wait and twice it the same delay holds",
@@ -376,13 +381,13 @@ func TestBudgetRefractory(t *testing.T) {
 		{
 			name:  "after twice the wait the same delay cuts",
 			steps: []budgetStep{first, bloated(millis(642.5), millis(71.25))},
-			want:  []policies.Proposal{firstCut, {Rate: 25.6e6, Reason: reasonBloat}},
+			want:  []policies.Proposal{firstCut, {Rate: 24e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "after twice the wait a falling delay cuts",
 			steps: []budgetStep{first, bloated(700*time.Millisecond, millis(41.25))},
-			// factor 1 - 30/300 = 0.9 of 32 Mbit/s.
-			want: []policies.Proposal{firstCut, {Rate: 28.8e6, Reason: reasonBloat}},
+			// factor 1 - 30/300 = 0.9 of 30 Mbit/s.
+			want: []policies.Proposal{firstCut, {Rate: 27e6, Reason: reasonBloat}},
 		},
 		{
 			name: "the wait grows with the delay of the last cut",
@@ -395,10 +400,10 @@ func TestBudgetRefractory(t *testing.T) {
 			},
 			want: []policies.Proposal{
 				firstCut,
-				{Rate: 22.4e6, Reason: reasonBloat},
+				{Rate: 21e6, Reason: reasonBloat},
 				hold,
-				// factor 1 - 138.75/300 = 0.5375, capacity 32 Mbit/s.
-				{Rate: 17.2e6, Reason: reasonBloat},
+				// factor 1 - 138.75/300 = 0.5375, capacity 30 Mbit/s.
+				{Rate: 16.125e6, Reason: reasonBloat},
 			},
 		},
 		{
@@ -412,8 +417,10 @@ func TestBudgetRefractory(t *testing.T) {
 			want: []policies.Proposal{
 				{Rate: 38e6, Reason: reasonEase},
 				{Rate: 38e6, Reason: reasonHold},
-				// 262ms after the ease the achieved 38 Mbit/s is taken as it is.
-				{Rate: 30.4e6, Reason: reasonBloat},
+				// 262ms after the ease the achieved 38 Mbit/s is taken as it
+				// is; all of the rate got through, so the cut is twice as
+				// deep: 1 - 2 x 60/300 = 0.6.
+				{Rate: 22.8e6, Reason: reasonBloat},
 			},
 		},
 	})
@@ -500,16 +507,32 @@ func TestBudgetEase(t *testing.T) {
 	})
 }
 
-// ceiling are two cuts that saw 40 Mbit/s: at 0 and, the delay not growing,
-// after twice the wait (264ms). Their delay, 14ms, is over Hold but within
-// the budget, so no time over the budget counts. They cut by MaxCut.
+// ceiling is a link that showed 40 Mbit/s twice: two cuts (14ms: over Hold,
+// within the budget, so no time over the budget counts) with 40 Mbit/s
+// getting through a rate of 50, at 0 and at 600ms, the delay back to nothing
+// in between (two episodes, which a ceiling needs). Both cut by MaxCut of 40;
+// the tick between rises at Step. The ceiling is ceil, 97 % of the measure.
+const ceil = 40e6 * 0.97
+
 var (
 	ceiling = []budgetStep{
 		{rate: 50e6, delta: 14 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8},
-		{at: 528 * time.Millisecond, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 40e6, load: 1},
+		{at: 300 * time.Millisecond, rate: 38e6, achieved: 38e6, load: 1},
+		{at: 600 * time.Millisecond, rate: 50e6, delta: 14 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8},
 	}
-	ceilingCuts = []policies.Proposal{{Rate: 38e6, Reason: reasonBloat}, {Rate: 38e6, Reason: reasonBloat}}
+	ceilingCuts = []policies.Proposal{
+		{Rate: 38e6, Reason: reasonBloat},
+		{Rate: 38e6 * (1 + 2*0.3), Reason: reasonProbe},
+		{Rate: 38e6, Reason: reasonBloat},
+	}
 )
+
+// plateau is the gentle rise's curve, as a fraction of the ceiling, t
+// seconds after the ceiling's last mark, from zone: 1 + (1-zone)(t/3 - 1)³.
+func plateau(t, zone float64) float64 {
+	x := t/3 - 1
+	return 1 + (1-zone)*x*x*x
+}
 
 // TestBudgetProbe checks the rise when loaded and under Hold: Step (2/s) times
 // the headroom below Hold (at least a quarter) times the time since the last
@@ -572,52 +595,66 @@ func TestBudgetProbe(t *testing.T) {
 			want:  []policies.Proposal{{Rate: 42e6, Reason: reasonProbe}},
 		},
 		{
-			name:  "gently at a ceiling two cuts agreed on",
-			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
+			// 100ms after the mark the curve stands at 90.97 % of the
+			// ceiling: a little above the zone's edge.
+			name:  "concave up to a ceiling two episodes agreed on",
+			steps: after(ceiling, probe(700*time.Millisecond, 35e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(0.1, 0.9), Reason: reasonProbe}),
 		},
 		{
-			name:  "gently within 10 % above the ceiling",
-			steps: after(ceiling, probe(628*time.Millisecond, 43.9e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 43.9e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe}),
+			name:  "a plateau at the ceiling",
+			steps: after(ceiling, probe(700*time.Millisecond, 40e6), probe(2600*time.Millisecond, 40e6)),
+			want: then(ceilingCuts,
+				policies.Proposal{Rate: 40e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 40e6, Reason: reasonProbe}),
 		},
 		{
-			name:  "custom GentleStep",
-			cfg:   policies.BudgetConfig{GentleStep: 0.5},
-			steps: after(ceiling, probe(628*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + gentle(0.5, 0.1)*0.1), Reason: reasonProbe}),
+			name:  "a plateau within 10 % above it",
+			steps: after(ceiling, probe(700*time.Millisecond, 42.6e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 42.6e6, Reason: reasonProbe}),
 		},
 		{
-			// 4 s after the ceiling's last cut the gentle step is five
-			// times GentleStep, as CUBIC speeds up past its last window.
-			name:  "gently, but faster the longer the ceiling held",
-			steps: after(ceiling, probe(4528*time.Millisecond, 40e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 40e6 * (1 + 0.1*1), Reason: reasonProbe}), // dt is capped at 1 s
+			// 50 Mbit/s is above the zone and the curve (a bound put it
+			// there, say): the ceiling is not the link's, and the rise is
+			// Step's.
+			name:  "above the zone and the curve the rise is fast",
+			steps: after(ceiling, probe(700*time.Millisecond, 50e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 50e6 * (1 + 2*0.1), Reason: reasonProbe}),
+		},
+		{
+			// 4 s after the mark: 1 + 0.1 (1/3)³ of the ceiling.
+			name:  "convex past the ceiling after plateauAt",
+			steps: after(ceiling, probe(4600*time.Millisecond, ceil)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(4, 0.9), Reason: reasonProbe}),
+		},
+		{
+			// 8 s after the mark: 1.46 times the ceiling.
+			name:  "and on the same curve past the zone",
+			steps: after(ceiling, probe(8600*time.Millisecond, 45e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(8, 0.9), Reason: reasonProbe}),
+		},
+		{
+			// 100ms after a call the curve (70 Mbit/s, 9 s after the mark)
+			// is above what Step allows from 45.
+			name:  "never faster than Step",
+			steps: after(ceiling, probe(9500*time.Millisecond, 45e6), probe(9600*time.Millisecond, 45e6)),
+			want: then(ceilingCuts,
+				policies.Proposal{Rate: ceil * plateau(8.9, 0.9), Reason: reasonProbe},
+				policies.Proposal{Rate: 45e6 * (1 + 2*0.1), Reason: reasonProbe}),
 		},
 		{
 			name:  "fast more than 10 % below the ceiling",
-			steps: after(ceiling, probe(628*time.Millisecond, 30e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
+			steps: after(ceiling, probe(700*time.Millisecond, 30e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 0.9 * ceil, Reason: reasonProbe}),
 		},
 		{
-			name:  "but not past the ceiling's zone in one step",
-			steps: after(ceiling, probe(628*time.Millisecond, 35e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 36e6, Reason: reasonProbe}),
-		},
-		{
-			// Past the zone the step grows from GentleStep, as 1 + 4t²
-			// from the first tick there.
-			name: "convex more than 10 % above the ceiling",
-			steps: after(ceiling, probe(628*time.Millisecond, 45e6), probe(1128*time.Millisecond, 45e6),
-				probe(1628*time.Millisecond, 45e6)),
-			want: then(ceilingCuts,
-				policies.Proposal{Rate: 45e6 * (1 + 0.02*0.1), Reason: reasonProbe},
-				policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+4*0.5*0.5)*0.5), Reason: reasonProbe},
-				policies.Proposal{Rate: 45e6 * (1 + 0.02*(1+4*1*1)*0.5), Reason: reasonProbe}),
+			name:  "but not past the zone's edge in one step",
+			steps: after(ceiling, probe(700*time.Millisecond, 33e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 0.9 * ceil, Reason: reasonProbe}),
 		},
 		{
 			name:  "and fast again after Memory",
-			steps: after(ceiling, probe(10528*time.Millisecond, 45e6)),
+			steps: after(ceiling, probe(10600*time.Millisecond, 45e6)),
 			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + 2*1), Reason: reasonProbe}),
 		},
 		{
@@ -625,8 +662,8 @@ func TestBudgetProbe(t *testing.T) {
 			// loaded nor a capacity drop, so the rate holds.
 			name: "fast again after Memory",
 			steps: after(ceiling,
-				budgetStep{at: 10528 * time.Millisecond, rate: 40e6, achieved: 30e6, load: 0.75},
-				probe(10628*time.Millisecond, 40e6),
+				budgetStep{at: 10600 * time.Millisecond, rate: 40e6, achieved: 30e6, load: 0.75},
+				probe(10700*time.Millisecond, 40e6),
 			),
 			want: then(ceilingCuts,
 				policies.Proposal{Rate: 40e6, Reason: reasonHold},
@@ -634,43 +671,88 @@ func TestBudgetProbe(t *testing.T) {
 			),
 		},
 		{
-			// Two eases (13ms: between Hold and the budget) 300ms apart, at
-			// 40 and 39 Mbit/s getting through, agree on a ceiling.
-			name: "gently at a ceiling two eases agreed on",
-			steps: []budgetStep{
-				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
-				{at: 300 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 39e6, load: 0.975},
-				probe(400*time.Millisecond, 38e6),
-			},
-			want: []policies.Proposal{
-				{Rate: 38e6, Reason: reasonEase},
-				{Rate: 39e6 * 0.95, Reason: reasonEase},
-				{Rate: 38e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe},
-			},
-		},
-		{
-			name: "gently when the cuts agreed within 10 %",
+			// The same two cuts 600ms apart without the delay falling back
+			// in between are one episode: the second measures the rate the
+			// first cut to, not the link, and the ceiling stays the first's.
+			name: "fast after two cuts in one episode",
 			steps: []budgetStep{
 				ceiling[0],
-				// A gap over 200ms: the achieved rate is taken as it is.
-				{at: 528 * time.Millisecond, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 37e6, load: 0.925},
-				probe(628*time.Millisecond, 38e6),
+				ceiling[2],
+				probe(700*time.Millisecond, 36e6),
 			},
 			want: []policies.Proposal{
 				{Rate: 38e6, Reason: reasonBloat},
-				{Rate: 35.15e6, Reason: reasonBloat},
-				{Rate: 38e6 * (1 + gentle(0.02, 0.1)*0.1), Reason: reasonProbe},
+				{Rate: 38e6, Reason: reasonBloat},
+				{Rate: 36e6 * (1 + 2*0.1), Reason: reasonProbe},
+			},
+		},
+		{
+			// Eases at 40 and at 38 Mbit/s getting through (a rate of 40:
+			// 95 % got through, a measure), the delay back to nothing
+			// between them, agree on a ceiling of 38.
+			name: "a plateau at a ceiling two eases agreed on",
+			steps: []budgetStep{
+				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(300*time.Millisecond, 38e6),
+				{at: 600 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 38e6, load: 0.95},
+				probe(700*time.Millisecond, 38e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 38e6 * (1 + 2*0.3), Reason: reasonProbe},
+				{Rate: 38e6 * 0.95, Reason: reasonEase},
+				{Rate: 38e6, Reason: reasonProbe},
+			},
+		},
+		{
+			// All of the rate got through at the second ease: the capacity
+			// is unmeasured, and the ceiling is the knee, the rate of the
+			// tick between with next to no delay (37 Mbit/s).
+			name: "an unmeasured ceiling is the knee",
+			steps: []budgetStep{
+				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(300*time.Millisecond, 37e6),
+				{at: 600 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(700*time.Millisecond, 37e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 38e6, Reason: reasonEase},
+				{Rate: 37e6 * (1 + 2*0.3), Reason: reasonProbe},
+				{Rate: 38e6, Reason: reasonEase},
+				// 37 is the ceiling, 40 the one before: within 10 %, so
+				// the rate holds at it.
+				{Rate: 37e6, Reason: reasonProbe},
+			},
+		},
+		{
+			// Eases at the lowest rate allowed measure the bound, not the
+			// link: they mark no ceiling, and the rise stays fast.
+			name:   "no ceiling at the lowest rate",
+			bounds: policies.Bounds{Min: 40e6, Base: 40e6, Max: 1e9},
+			steps: []budgetStep{
+				{at: 0, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(300*time.Millisecond, 40e6),
+				{at: 600 * time.Millisecond, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1},
+				probe(700*time.Millisecond, 40e6),
+			},
+			want: []policies.Proposal{
+				{Rate: 40e6, Reason: reasonEase},
+				{Rate: 40e6 * (1 + 2*0.3), Reason: reasonProbe},
+				{Rate: 40e6, Reason: reasonEase},
+				{Rate: 40e6 * (1 + 2*0.1), Reason: reasonProbe},
 			},
 		},
 		{
 			name: "fast when the cuts disagreed, as on a cellular link",
 			steps: []budgetStep{
 				ceiling[0],
-				{at: 528 * time.Millisecond, rate: 25e6, delta: 14 * time.Millisecond, bloat: true, achieved: 20e6, load: 0.8},
-				probe(628*time.Millisecond, 20e6),
+				ceiling[1],
+				{at: 600 * time.Millisecond, rate: 25e6, delta: 14 * time.Millisecond, bloat: true, achieved: 20e6, load: 0.8},
+				probe(700*time.Millisecond, 20e6),
 			},
 			want: []policies.Proposal{
 				{Rate: 38e6, Reason: reasonBloat},
+				ceilingCuts[1],
 				{Rate: 19e6, Reason: reasonBloat},
 				{Rate: 24e6, Reason: reasonProbe},
 			},
@@ -714,13 +796,13 @@ func TestBudgetSerialisation(t *testing.T) {
 		},
 		{
 			name:  "over the budget after serialisation: cut",
-			steps: []budgetStep{{rate: 2e6, delta: 42 * time.Millisecond, achieved: 2e6, load: 1, threshold: slow}},
+			steps: []budgetStep{{rate: 2.5e6, delta: 42 * time.Millisecond, achieved: 2e6, load: 0.8, threshold: slow}},
 			// 30ms: factor 1 - 18.75/300 = 0.9375.
 			want: []policies.Proposal{{Rate: 1.875e6, Reason: reasonBloat}},
 		},
 		{
 			name:  "bloat factor from the delay less serialisation",
-			steps: []budgetStep{{rate: 2e6, delta: millis(83.25), bloat: true, achieved: 2e6, load: 1, threshold: slow}},
+			steps: []budgetStep{{rate: 2.5e6, delta: millis(83.25), bloat: true, achieved: 2e6, load: 0.8, threshold: slow}},
 			// 71.25ms: factor 1 - 60/300 = 0.8.
 			want: []policies.Proposal{{Rate: 1.6e6, Reason: reasonBloat}},
 		},
@@ -884,15 +966,15 @@ func TestBudgetNeedsBothVerdicts(t *testing.T) {
 // has stood for Standing (300ms), counted from the first tick over Hold.
 func TestBudgetStanding(t *testing.T) {
 	over := func(at time.Duration, backlog uint64) budgetStep {
-		return budgetStep{at: at, rate: 40e6, delta: millis(71.25), bloat: true, achieved: 40e6, load: 1, backlog: backlog}
+		return budgetStep{at: at, rate: 40e6, delta: millis(71.25), bloat: true, achieved: 36e6, load: 0.9, backlog: backlog}
 	}
 	easing := func(at time.Duration, backlog uint64) budgetStep {
-		return budgetStep{at: at, rate: 40e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 1, backlog: backlog}
+		return budgetStep{at: at, rate: 40e6, delta: 13 * time.Millisecond, achieved: 36e6, load: 0.9, backlog: backlog}
 	}
 	hold := policies.Proposal{Rate: 40e6, Reason: reasonHold}
-	// factor 1 - 60/300 = 0.8 of 40 Mbit/s.
-	cut := policies.Proposal{Rate: 32e6, Reason: reasonBloat}
-	ease := policies.Proposal{Rate: 38e6, Reason: reasonEase}
+	// factor 1 - 60/300 = 0.8 of the 36 Mbit/s getting through.
+	cut := policies.Proposal{Rate: 28.8e6, Reason: reasonBloat}
+	ease := policies.Proposal{Rate: 34.2e6, Reason: reasonEase}
 	runBudgetCases(t, []budgetCase{
 		{
 			name: "a backlog holds a delay over the budget until Standing",
@@ -976,7 +1058,7 @@ func TestBudgetStanding(t *testing.T) {
 // two cuts agree and the probes at 10 Mbit/s rise by the full Step otherwise.
 func TestBudgetOverShare(t *testing.T) {
 	overAt := func(at time.Duration, capacity float64) budgetStep {
-		return budgetStep{at: at, rate: capacity, delta: millis(41.25), achieved: capacity, load: 1}
+		return budgetStep{at: at, rate: capacity * 1.25, delta: millis(41.25), achieved: capacity, load: 0.8}
 	}
 	probe := func(at time.Duration) budgetStep {
 		return budgetStep{at: at, rate: 10e6, achieved: 10e6, load: 1}
@@ -1036,15 +1118,16 @@ func TestBudgetOverShare(t *testing.T) {
 			},
 		},
 		{
-			name:  "a gentle step is not slowed further",
-			steps: after(ceiling, budgetStep{at: 628 * time.Millisecond, rate: 40e6, delta: 20 * time.Millisecond, achieved: 40e6, load: 1}, budgetStep{at: 728 * time.Millisecond, rate: 40e6, achieved: 40e6, load: 1}),
-			// The ceiling's cuts agreed on 40 Mbit/s. 20ms is over the budget
-			// (share 0.02, then 0.0196 at the probe) but within the wait after
-			// the last cut (264ms from 528ms): hold. The probe's slowed step,
-			// 2*(1-2*0.0196), is above GentleStep, which it stays at.
+			name:  "near a ceiling the curve, not the slowed step",
+			steps: after(ceiling, budgetStep{at: 700 * time.Millisecond, rate: 40e6, delta: 20 * time.Millisecond, achieved: 40e6, load: 1}, budgetStep{at: 800 * time.Millisecond, rate: 35e6, achieved: 35e6, load: 1}),
+			// The ceiling is 38.8 Mbit/s. 20ms is over the budget (share 0.02,
+			// then 0.0196 at the probe) but within the wait after the last
+			// cut (264ms from 600ms): hold. The probe's slowed step,
+			// 2*(1-2*0.0196), would rise by 19 % in 100ms: the curve is
+			// lower.
 			want: then(ceilingCuts,
 				policies.Proposal{Rate: 40e6, Reason: reasonHold},
-				policies.Proposal{Rate: 40e6 * (1 + gentle(0.02, 0.2)*0.1), Reason: reasonProbe},
+				policies.Proposal{Rate: ceil * plateau(0.2, 0.9), Reason: reasonProbe},
 			),
 		},
 	})
@@ -1056,7 +1139,7 @@ func TestBudgetOverShare(t *testing.T) {
 // instead of rising.
 func TestBudgetSteadyHold(t *testing.T) {
 	// 300ms after the ceiling's second cut: past the wait (264ms) for an ease.
-	at := 828 * time.Millisecond
+	at := 900 * time.Millisecond
 	tick := func(at, delta time.Duration, rate float64) budgetStep {
 		return budgetStep{at: at, rate: rate, delta: delta, achieved: rate, load: 1}
 	}
@@ -1073,15 +1156,15 @@ func TestBudgetSteadyHold(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonEase}),
 		},
 		{
-			// The gentle step grows with the time since the last cut (0.3 s):
-			// 0.02 x (1 + 0.3²/4).
-			name:  "under half hold rises gently with headroom below half hold",
-			steps: after(ceiling, tick(at, millis(2.8125), 38e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 0.02*(1+0.3*0.3/4)*0.5*0.3), Reason: reasonProbe}),
+			name:  "under half hold rises along the curve",
+			steps: after(ceiling, tick(at, millis(2.8125), 35e6)),
+			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(0.3, 0.9), Reason: reasonProbe}),
 		},
 		{
+			// Twice the wait after the last cut, so that a delay no longer
+			// growing cuts.
 			name:  "the bloat verdict between half hold and hold cuts",
-			steps: after(ceiling, budgetStep{at: 1100 * time.Millisecond, rate: 38e6, delta: 8 * time.Millisecond, bloat: true, achieved: 38e6, load: 1}),
+			steps: after(ceiling, budgetStep{at: 1200 * time.Millisecond, rate: 38e6, delta: 8 * time.Millisecond, bloat: true, achieved: 38e6, load: 1}),
 			want:  then(ceilingCuts, policies.Proposal{Rate: 36.1e6, Reason: reasonBloat}),
 		},
 		{
@@ -1097,7 +1180,7 @@ func TestBudgetSteadyHold(t *testing.T) {
 			steps: []budgetStep{
 				ceiling[0],
 				{at: 528 * time.Millisecond, rate: 25e6, delta: 14 * time.Millisecond, bloat: true, achieved: 20e6, load: 0.8},
-				tick(at, 8*time.Millisecond, 20e6),
+				tick(828*time.Millisecond, 8*time.Millisecond, 20e6),
 			},
 			want: []policies.Proposal{
 				ceilingCuts[0],
@@ -1107,7 +1190,7 @@ func TestBudgetSteadyHold(t *testing.T) {
 		},
 		{
 			name:  "after Memory the same delay rises",
-			steps: after(ceiling, tick(10528*time.Millisecond, 8*time.Millisecond, 38e6)),
+			steps: after(ceiling, tick(10700*time.Millisecond, 8*time.Millisecond, 38e6)),
 			// A gap counts as one second.
 			want: then(ceilingCuts, policies.Proposal{Rate: 38e6 * (1 + 2*headroom8), Reason: reasonProbe}),
 		},
@@ -1139,6 +1222,44 @@ func steadyProbes(n int, achieved ...float64) []policies.Proposal {
 		ps[i] = policies.Proposal{Rate: achieved[i%len(achieved)] * 1.05 * 1.1, Reason: reasonProbe}
 	}
 	return ps
+}
+
+// TestBudgetSteadyDelivery checks that two ceilings that agree make a link
+// steady only when what got through while loaded varied little; on a link
+// whose delivery varies (a cellular one) it takes a third that agrees. The
+// history is 3 s of loaded ticks alternating between 40 and 20 Mbit/s; each
+// cut measures 30 Mbit/s getting through a rate of 40 (a ceiling of 29.1),
+// each followed by a tick with the delay back to nothing.
+func TestBudgetSteadyDelivery(t *testing.T) {
+	cellular := steadyLoad(0, 61, 40e6, 20e6)
+	cellularWant := steadyProbes(61, 40e6, 20e6)
+	cut := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 40e6, delta: 14 * time.Millisecond, bloat: true, achieved: 30e6, load: 0.75}
+	}
+	clear := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 28.5e6, achieved: 28.5e6, load: 1}
+	}
+	probe := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 27e6, achieved: 27e6, load: 1}
+	}
+	// MaxCut of 30; the ticks between rise at Step over 300ms.
+	cutTo := policies.Proposal{Rate: 28.5e6, Reason: reasonBloat}
+	cleared := policies.Proposal{Rate: 28.5e6 * (1 + 2*0.3), Reason: reasonProbe}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "two that agree on a varying link: fast",
+			steps: after(cellular, cut(3250*time.Millisecond), clear(3550*time.Millisecond), cut(3850*time.Millisecond), probe(3950*time.Millisecond)),
+			want:  then(cellularWant, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6 * (1 + 2*0.1), Reason: reasonProbe}),
+		},
+		{
+			// 27 Mbit/s is in the ceiling's zone, above the curve 100ms
+			// after the mark: the rate holds.
+			name: "a third that agrees: the curve",
+			steps: after(cellular, cut(3250*time.Millisecond), clear(3550*time.Millisecond), cut(3850*time.Millisecond),
+				clear(4150*time.Millisecond), cut(4450*time.Millisecond), probe(4550*time.Millisecond)),
+			want: then(cellularWant, cutTo, cleared, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6, Reason: reasonProbe}),
+		},
+	})
 }
 
 // TestBudgetCapacityDrop checks the cut on a sudden fall of what gets through
@@ -1181,13 +1302,13 @@ func TestBudgetCapacityDrop(t *testing.T) {
 		},
 		{
 			// The new rate is at the capacity: no second cut, but the
-			// ceiling is the cleaner measure, so the rise from there is
-			// gentle (10 Mbit/s is within 10 % of it).
+			// ceiling is the cleaner measure, so the rate holds at it (the
+			// curve starts from 85 % of it).
 			name: "a cleaner measure at the new rate only lowers the ceiling",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 20e6, 20.0/42 }),
 				budgetStep{at: 3100 * time.Millisecond, rate: 10e6, achieved: 9.8e6, load: 0.98}),
 			want: then(steadyWant, policies.Proposal{Rate: 10e6, Reason: reasonDrop},
-				policies.Proposal{Rate: 10e6 * (1 + gentle(0.02, 0)*0.05), Reason: reasonProbe}),
+				policies.Proposal{Rate: 10e6, Reason: reasonProbe}),
 		},
 		{
 			// 10 Mbit/s through a rate of 10.66: load 0.93 counts as loaded,
@@ -1212,9 +1333,41 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				budgetStep{at: 3100 * time.Millisecond, rate: 12e6, achieved: 12e6, load: 1},
 				budgetStep{at: 3150 * time.Millisecond, rate: 12e6, achieved: 10e6, load: 10.0 / 12}),
 			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop},
-				// 12 Mbit/s got through: the ceiling, so the rise is gentle.
-				policies.Proposal{Rate: 12e6 * (1 + gentle(0.02, 0)*0.05), Reason: reasonProbe},
+				// 12 Mbit/s got through: the ceiling, where the rate holds.
+				policies.Proposal{Rate: 12e6, Reason: reasonProbe},
 				policies.Proposal{Rate: 12e6, Reason: reasonHold}),
+		},
+		{
+			// On download what reaches the shaper in the tick after a drop
+			// is what the link delivers, however low the new rate: 10
+			// Mbit/s, the drop's own measure, stays the ceiling, and the
+			// rise from half of it is fast, up to its zone (8.5 Mbit/s).
+			name: "what reaches the shaper after the fall keeps the ceiling",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1}),
+			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6 * (1 + 2*0.05), Reason: reasonProbe}),
+		},
+		{
+			// On upload what reaches the shaper is what the senders offer,
+			// not the link's capacity: what got through is the measure.
+			name: "but not on upload",
+			steps: func() []budgetStep {
+				steps := after(steady, fall,
+					budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1})
+				for i := range steps {
+					steps[i].up = true
+				}
+				return steps
+			}(),
+			want: then(steadyWant, drop, policies.Proposal{Rate: 5e6, Reason: reasonProbe}),
+		},
+		{
+			// At the lowest rate allowed nothing can be cut, and the steady
+			// history is the bound's: the unloaded tick holds at base.
+			name:   "no drop at the lowest rate",
+			bounds: policies.Bounds{Min: 42e6, Base: 42e6, Max: 1e9},
+			steps:  after(steady, fall),
+			want:   then(steadyWant, policies.Proposal{Rate: 42e6, Reason: reasonHold}),
 		},
 		{
 			name:  "before the delay shows it",
@@ -1298,21 +1451,16 @@ func TestBudgetCapacityDrop(t *testing.T) {
 		{
 			name: "the new rate counts as a ceiling two cuts agreed on",
 			steps: after(steady, fall,
-				// Near it the rise is gentle.
+				// At it the rate holds: the curve starts from 85 % of it.
 				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
 				// And Hold is halved: 8ms eases, once a second has passed
 				// since the drop (before, it is the drop's own queue).
 				budgetStep{at: 4100 * time.Millisecond, rate: 10e6, delta: 8 * time.Millisecond, achieved: 10e6, load: 1},
 			),
 			want: then(steadyWant, drop,
-				// 0.1 s after the drop: 0.02 x (1 + 0.1²/4).
-				policies.Proposal{Rate: 10e6 * (1 + 0.02*(1+0.1*0.1/4)*0.1), Reason: reasonProbe},
+				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
 				policies.Proposal{Rate: 9.5e6, Reason: reasonEase},
 			),
 		},
 	})
 }
-
-// gentle is the gentle step since seconds after the last cut: GentleStep
-// growing as 1 + since²/4.
-func gentle(step, since float64) float64 { return step * (1 + since*since/4) }

@@ -41,7 +41,6 @@ type simFile struct {
 		MaxCut     float64  `toml:"max_cut"`
 		Refractory duration `toml:"refractory"`
 		Step       float64  `toml:"step"`
-		GentleStep float64  `toml:"gentle_step"`
 		Memory     duration `toml:"memory"`
 		Standing   duration `toml:"standing"`
 		Loaded     float64  `toml:"loaded"`
@@ -144,7 +143,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 			cfg.Budget = b.Budget.Duration
 		}
 		bc.Hold, bc.Drain, bc.MinCut, bc.MaxCut = b.Hold.Duration, b.Drain.Duration, b.MinCut, b.MaxCut
-		bc.Refractory, bc.Step, bc.GentleStep = b.Refractory.Duration, b.Step, b.GentleStep
+		bc.Refractory, bc.Step = b.Refractory.Duration, b.Step
 		bc.Memory, bc.Standing, bc.Loaded, bc.Decay = b.Memory.Duration, b.Standing.Duration, b.Loaded, b.Decay
 		s := f.Sim
 		cfg.Flows, cfg.Reno, cfg.BaseRTT, cfg.Buffer = s.Flows, s.Reno, s.BaseRTT.Duration, s.Buffer.Duration
