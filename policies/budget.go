@@ -120,8 +120,8 @@ func (c BudgetConfig) Validate() error {
 // within one number, the latency budget, at the highest rate that allows.
 // Each call applies the first rule that matches:
 //
-//   - Capacity drop (see capacityDrop): on a link that has been delivering a
-//     steady rate, a sudden fall of what gets through, with no backlog in our
+//   - Capacity drop (download only, see capacityDrop): on a link that has
+//     been delivering a steady rate, a sudden fall of what gets through, with no backlog in our
 //     shaper, is a capacity drop seen a round trip before any delay: cut to
 //     MinCut of the new capacity.
 //   - Standing (download only): while our shaper holds a backlog (it, not
@@ -328,7 +328,8 @@ func (b *Budget) Next(in Input) Proposal {
 	return Proposal{Rate: rate, Reason: ReasonHold}
 }
 
-// capacityDrop acts on a sudden fall of what gets through on a steady link:
+// capacityDrop acts on a sudden fall of what gets through on a steady
+// download link:
 // while loaded, the link delivered a rate that varied by less than 10 % over
 // the last seconds; now less than 70 % of that gets through, less than 70 %
 // of the rate, and our shaper holds no backlog, so the link delivers less
@@ -348,18 +349,15 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
 	// rate. In the next one the bottleneck still drains the senders' queue,
-	// so what reaches our shaper on download is the new capacity, measured
+	// so what reaches our shaper is the new capacity, measured
 	// cleanly, however low the new rate (what gets through it is no more
-	// than that rate; on upload it is all there is): if it is lower than the
+	// than that rate): if it is lower than the
 	// drop's own measure, it is the ceiling, and if it is under the new rate,
 	// cut again, to MinCut of it. (Later, less getting through may as well
 	// be the senders backing off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
-	capacity := o.Achieved
-	if o.Direction == estimator.Down {
-		capacity = math.Max(capacity, o.Offered)
-	}
+	capacity := math.Max(o.Achieved, o.Offered)
 	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
 		b.bloatAt = in.Now
@@ -384,6 +382,16 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// Unloaded time wears the history down twice as fast as loaded time
 	// builds it: a dip of a tick or two keeps it, a quiet spell ends it.
 	b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
+	if o.Direction != estimator.Down {
+		// On upload our shaper is upstream of the bottleneck: what passes it
+		// is what the senders offer, up to the rate, whatever the link
+		// delivers, so less of it is the senders sending less (a stream in
+		// loss recovery, an ending transfer). A capacity drop there shows
+		// only in the delay. (A lab ADSL upload cut on such a fall to under
+		// what the download's ACKs need, and its own queue of ACKs then
+		// held the probes: read as bloat, it cut down to the minimum.)
+		return Proposal{}, false
+	}
 	// Nearly nothing getting through is more likely traffic that ended than
 	// a link that lost nine tenths of its capacity: the idle rules handle it.
 	// At the lowest rate allowed nothing can be cut, and the steady history
