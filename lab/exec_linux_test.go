@@ -294,3 +294,45 @@ func TestClassicScheme(t *testing.T) {
 	}
 	assertShapingRemoved(t, top)
 }
+
+// TestDaemonSchemeFailsEarly: a daemon that exits during the run, with an
+// error or cleanly, fails the run at once with its output in the error:
+// what the lab measured after it would be the rate it left behind.
+func TestDaemonSchemeFailsEarly(t *testing.T) {
+	top := buildSchemeLab(t)
+	capacity, err := sim.ParseSchedule("10mbit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, script, want string
+	}{
+		{"an error", `echo "netlink: no such device" >&2; exit 3`, "exit status 3"},
+		{"a clean exit", `echo "nothing to do"; exit 0`, "exited before the run ended"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A stand-in for the autoshape binary that runs a second and exits.
+			bin := filepath.Join(t.TempDir(), "autoshape")
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\nsleep 1\n"+tt.script+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cfg := RunConfig{Duration: 30 * time.Second, Budget: 15 * time.Millisecond, Autoshape: bin}
+			cfg.Capacity[0] = capacity
+			s, err := ParseScheme("autoshape")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err = Run(context.Background(), top, cfg, s)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run() error = %v, want one saying %q", err, tt.want)
+			}
+			// Not a timing assertion: the run's 30 s must not have been
+			// waited out.
+			if d := time.Since(start); d > 25*time.Second {
+				t.Errorf("the failure took %v to end the run", d)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -496,6 +497,9 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string
 type daemonScheme struct {
 	cmd       *exec.Cmd
 	dir       string
+	fail      chan error // the daemon's exit before stop
+	done      chan error // the daemon's exit status, once reaped
+	stopping  atomic.Bool
 	decisions []controller.Record
 	bounds    [2]float64 // base rates, where the daemon starts
 }
@@ -511,7 +515,7 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	ds := &daemonScheme{dir: dir}
+	ds := &daemonScheme{dir: dir, fail: make(chan error, 1), done: make(chan error, 1)}
 	conf := s.Config
 	gen, bounds, err := WriteDaemonConfig(top, cfg, dir, s.Policy)
 	if err != nil {
@@ -534,29 +538,47 @@ func startDaemon(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	go ds.wait()
 	return ds, nil
 }
 
-func (ds *daemonScheme) failed() <-chan error { return nil }
+// wait reaps the daemon. It runs until stop, so any exit before that, even
+// a clean one, fails the run: what the lab measured after it would be the
+// rate it left behind, not its control.
+func (ds *daemonScheme) wait() {
+	err := ds.cmd.Wait()
+	if !ds.stopping.Load() {
+		if err == nil {
+			err = errors.New("exited before the run ended")
+		}
+		ds.fail <- fmt.Errorf("autoshape: %v: %s", err, ds.logTail())
+	}
+	ds.done <- err
+}
+
+func (ds *daemonScheme) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(ds.dir, "daemon.log"))
+	return tailString(string(b), 2000)
+}
+
+func (ds *daemonScheme) failed() <-chan error { return ds.fail }
 
 func (ds *daemonScheme) stop() error {
 	defer keepOrRemove(ds.dir, "the daemon's")
+	ds.stopping.Store(true)
 	ds.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- ds.cmd.Wait() }()
 	var err error
 	select {
-	case err = <-done:
+	case err = <-ds.done:
 	case <-time.After(10 * time.Second):
 		ds.cmd.Process.Kill()
-		err = <-done
+		err = <-ds.done
 		if err == nil {
 			err = errors.New("the daemon did not stop on SIGTERM")
 		}
 	}
 	if err != nil {
-		b, _ := os.ReadFile(filepath.Join(ds.dir, "daemon.log"))
-		return fmt.Errorf("autoshape: %v: %s", err, tailString(string(b), 2000))
+		return fmt.Errorf("autoshape: %v: %s", err, ds.logTail())
 	}
 	return nil
 }
