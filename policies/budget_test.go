@@ -536,8 +536,8 @@ func plateau(t, zone float64) float64 {
 
 // TestBudgetProbe checks the rise when loaded and under Hold: Step (2/s) times
 // the headroom below Hold (at least a quarter) times the time since the last
-// call, GentleStep (0.02/s) near a ceiling two cuts agreed on. No time is
-// spent over the budget here, so the rise is not slowed.
+// call; near a ceiling the link has shown, the plateau curve instead. No
+// time is spent over the budget here, so the rise is not slowed.
 func TestBudgetProbe(t *testing.T) {
 	probe := func(at time.Duration, rate float64) budgetStep {
 		return budgetStep{at: at, rate: rate, achieved: rate, load: 1}
