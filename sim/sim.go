@@ -588,17 +588,63 @@ func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Tra
 }
 
 func delayStats(s []float32, budget float64) (Delay, float64) {
-	sorted := slices.DeleteFunc(slices.Clone(s), func(v float32) bool { return v != v })
+	sorted := sortDelays(s)
 	if len(sorted) == 0 {
 		return Delay{}, 0
 	}
-	slices.Sort(sorted)
 	q := func(p float64) float64 {
 		i := int(math.Ceil(p*float64(len(sorted)))) - 1
 		return float64(sorted[max(i, 0)])
 	}
 	over := len(sorted) - sort.Search(len(sorted), func(i int) bool { return float64(sorted[i]) > budget })
 	return Delay{P50: q(0.50), P95: q(0.95), P99: q(0.99)}, float64(over) / float64(len(sorted))
+}
+
+// sortDelays returns the delays of s in ascending order, lost probes (NaN)
+// left out. An hour's score holds 360 000 of them per direction: an LSD
+// radix sort on the floats' bit patterns, made to order as the floats do
+// (sign bit flipped for positives, every bit for negatives), takes four
+// linear passes where a comparison sort took a twentieth of the replay.
+func sortDelays(s []float32) []float32 {
+	keys := make([]uint32, 0, len(s))
+	for _, v := range s {
+		if v != v {
+			continue
+		}
+		b := math.Float32bits(v)
+		if b&(1<<31) != 0 {
+			b = ^b
+		} else {
+			b |= 1 << 31
+		}
+		keys = append(keys, b)
+	}
+	tmp := make([]uint32, len(keys))
+	for shift := 0; shift < 32; shift += 8 {
+		var count [257]int
+		for _, k := range keys {
+			count[(k>>shift)&0xff+1]++
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, k := range keys {
+			d := (k >> shift) & 0xff
+			tmp[count[d]] = k
+			count[d]++
+		}
+		keys, tmp = tmp, keys
+	}
+	out := make([]float32, len(keys))
+	for i, b := range keys {
+		if b&(1<<31) != 0 {
+			b &^= 1 << 31
+		} else {
+			b = ^b
+		}
+		out[i] = math.Float32frombits(b)
+	}
+	return out
 }
 
 // reaction measures, for a drop at drop, how long until the added delay is

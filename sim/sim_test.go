@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +264,37 @@ func TestScoreDelaysLostProbes(t *testing.T) {
 	}
 	if want := 1.0 / 37; math.Abs(r.OverBudget-want) > 1e-9 {
 		t.Errorf("over budget %v, want %v", r.OverBudget, want)
+	}
+}
+
+// sortDelays orders as a comparison sort does and leaves lost probes out.
+func TestSortDelays(t *testing.T) {
+	nan := float32(math.NaN())
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]float32, 10000)
+	for i := range random {
+		random[i] = float32(rng.NormFloat64() * 100)
+		if i%97 == 0 {
+			random[i] = nan
+		}
+	}
+	tests := []struct {
+		name string
+		in   []float32
+	}{
+		{"empty", nil},
+		{"only lost probes", []float32{nan, nan}},
+		{"mixed signs and lost probes", []float32{3, -1, nan, 0, 1498, -0.5, 0.25, 2, 2, nan, float32(math.Inf(1)), float32(math.Inf(-1))}},
+		{"random", random},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := slices.DeleteFunc(slices.Clone(tt.in), func(v float32) bool { return v != v })
+			slices.Sort(want)
+			got := sim.SortDelays(tt.in)
+			if !slices.Equal(got, want) {
+				t.Errorf("sortDelays(%v) = %v, want %v", tt.in[:min(len(tt.in), 12)], got[:min(len(got), 12)], want[:min(len(want), 12)])
+			}
+		})
 	}
 }

@@ -1,0 +1,4 @@
+package sim
+
+// SortDelays exposes sortDelays to the package's external tests.
+var SortDelays = sortDelays
