@@ -456,7 +456,7 @@ func TestPoolConfigDefaults(t *testing.T) {
 	want := estimator.PoolConfig{
 		Reflectors:     estimator.DefaultReflectors,
 		Active:         6,
-		Rate:           20,
+		Rate:           40,
 		Method:         estimator.Echo,
 		Deadline:       time.Second,
 		MissLimit:      5,

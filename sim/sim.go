@@ -55,7 +55,7 @@ type Config struct {
 	// SenderBytesPerMs is the senders' line rate, default 125000 (1 Gbit/s).
 	SenderBytesPerMs int64
 	// Reflectors answer the controller's probes, default 6; ProbeRate is the
-	// total answers per second, default 20; ProbeLoss the chance that a probe
+	// total answers per second, default the daemon's (40); ProbeLoss the chance that a probe
 	// goes unanswered; ReflectorSpread the largest extra base delay of a
 	// reflector, default 20ms; Jitter the mean of the exponential jitter
 	// added each way, default 1ms.
@@ -103,7 +103,7 @@ func (c Config) withDefaults() Config {
 		c.Reflectors = 6
 	}
 	if c.ProbeRate == 0 {
-		c.ProbeRate = 20
+		c.ProbeRate = estimator.DefaultPoolRate
 	}
 	if c.ReflectorSpread == 0 {
 		c.ReflectorSpread = 20 * time.Millisecond
