@@ -55,10 +55,10 @@ type Config struct {
 	// SenderBytesPerMs is the senders' line rate, default 125000 (1 Gbit/s).
 	SenderBytesPerMs int64
 	// Reflectors answer the controller's probes, default 6; ProbeRate is the
-	// total answers per second, default the daemon's (40); ProbeLoss the chance that a probe
-	// goes unanswered; ReflectorSpread the largest extra base delay of a
-	// reflector, default 20ms; Jitter the mean of the exponential jitter
-	// added each way, default 1ms.
+	// total answers per second, default the daemon's (40); ProbeLoss the
+	// chance that a probe goes unanswered; ReflectorSpread the largest extra
+	// base delay of a reflector, default 20ms; Jitter the mean of the
+	// exponential jitter added each way, default 1ms.
 	Reflectors      int
 	ProbeRate       float64
 	ProbeLoss       float64
