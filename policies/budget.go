@@ -121,9 +121,9 @@ func (c BudgetConfig) Validate() error {
 // Each call applies the first rule that matches:
 //
 //   - Capacity drop (download only, see capacityDrop): on a link that has
-//     been delivering a steady rate, a sudden fall of what gets through, with no backlog in our
-//     shaper, is a capacity drop seen a round trip before any delay: cut to
-//     MinCut of the new capacity.
+//     been delivering a steady rate, a sudden fall of what gets through,
+//     with no backlog in our shaper, is a capacity drop seen a round trip
+//     before any delay: cut to MinCut of the new capacity.
 //   - Standing (download only): while our shaper holds a backlog (it, not
 //     the bottleneck upstream, limits the traffic now) a delay over Hold may
 //     be the lagging tail of a fade already over; hold until it has stood for
@@ -293,7 +293,8 @@ func (b *Budget) Next(in Input) Proposal {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
 		target := b.bloatRate * b.plateau(in.Now)
-		if b.steady(in.Now) && rate >= (b.zone(in.Now)-0.01)*b.bloatRate && rate <= math.Max(1.1*b.bloatRate, target) {
+		steady, zone := b.steady(in.Now), b.zone(in.Now)
+		if steady && rate >= (zone-0.01)*b.bloatRate && rate <= math.Max(1.1*b.bloatRate, target) {
 			// In the ceiling's zone or on the curve past it: as CUBIC
 			// probes around its last window, concave up to the ceiling,
 			// a plateau at it, then convex past it, so that the rate
@@ -306,7 +307,7 @@ func (b *Budget) Next(in Input) Proposal {
 			return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 		}
 		next := rate * (1 + step*headroom*dt)
-		if edge := b.zone(in.Now) * b.bloatRate; b.steady(in.Now) && rate < edge {
+		if edge := zone * b.bloatRate; steady && rate < edge {
 			// Fast up to the ceiling's zone, not past its edge in one step.
 			next = math.Min(next, edge)
 		}
@@ -329,9 +330,8 @@ func (b *Budget) Next(in Input) Proposal {
 }
 
 // capacityDrop acts on a sudden fall of what gets through on a steady
-// download link:
-// while loaded, the link delivered a rate that varied by less than 10 % over
-// the last seconds; now less than 70 % of that gets through, less than 70 %
+// download link: while loaded, the link delivered a rate that varied by less
+// than 10 % over the last seconds; now less than 70 % of that gets through, less than 70 %
 // of the rate, and our shaper holds no backlog, so the link delivers less
 // than it did. The delay signal shows that only a round trip plus the queue
 // later, since the probe replies wait in that very queue; the counters show
@@ -349,39 +349,26 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
 	// rate. In the next one the bottleneck still drains the senders' queue,
-	// so what reaches our shaper is the new capacity, measured
-	// cleanly, however low the new rate (what gets through it is no more
-	// than that rate): if it is lower than the
-	// drop's own measure, it is the ceiling, and if it is under the new rate,
-	// cut again, to MinCut of it. (Later, less getting through may as well
-	// be the senders backing off after their losses.)
+	// so what reaches our shaper is the new capacity, measured cleanly,
+	// however low the new rate (what gets through it is no more than that
+	// rate): if it is lower than the drop's own measure, it is the ceiling,
+	// and if it is under the new rate, cut again, to MinCut of it. (Later,
+	// less getting through may as well be the senders backing off after
+	// their losses.)
 	refine := b.justDropped
 	b.justDropped = false
 	capacity := math.Max(o.Achieved, o.Offered)
 	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
-		b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
-		b.bloatAt = in.Now
-		b.achieved = capacity
+		b.measured(capacity, in.Now)
 		if capacity < 0.97*in.Rate {
 			// The new rate is still above the capacity: the queue the
 			// senders built cannot drain.
 			return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
 		}
 	}
-	if o.Load >= 0.8 || o.Backlog >= limitingBacklog {
-		w := math.Min(dt/2, 1)
-		if b.loadedTime == 0 {
-			b.loadedMean, b.loadedVar = o.Achieved, 0
-		}
-		d := o.Achieved - b.loadedMean
-		b.loadedMean += d * w
-		b.loadedVar += (d*d - b.loadedVar) * w
-		b.loadedTime += dt
+	if b.trackDelivery(o, dt) {
 		return Proposal{}, false
 	}
-	// Unloaded time wears the history down twice as fast as loaded time
-	// builds it: a dip of a tick or two keeps it, a quiet spell ends it.
-	b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
 	if o.Direction != estimator.Down {
 		// On upload our shaper is upstream of the bottleneck: what passes it
 		// is what the senders offer, up to the rate, whatever the link
@@ -404,17 +391,41 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory {
 		return Proposal{}, false
 	}
-	// A capacity measured directly, not inferred from a delay: rise gently
-	// near it as if two episodes had agreed on it.
-	capacity = o.Achieved
-	b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
+	b.measured(o.Achieved, in.Now)
 	b.lastCut = in.Now
 	b.cutDelay = 0
-	b.bloatAt = in.Now
 	b.dropAt = in.Now
 	b.justDropped = true
+	return Proposal{Rate: in.Bounds.Clamp(o.Achieved * c.MinCut), Reason: ReasonDrop}, true
+}
+
+// measured records a capacity measured directly, not inferred from a delay,
+// as the ceiling and what gets through: the rise is gentle near it as if
+// three episodes had agreed on it.
+func (b *Budget) measured(capacity float64, now time.Time) {
+	b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
+	b.bloatAt = now
 	b.achieved = capacity
-	return Proposal{Rate: in.Bounds.Clamp(capacity * c.MinCut), Reason: ReasonDrop}, true
+}
+
+// trackDelivery keeps what got through while loaded (mean and variance over
+// about 2 s, and the loaded time behind them) and reports whether this tick
+// was loaded. Unloaded time wears the history down twice as fast as loaded
+// time builds it: a dip of a tick or two keeps it, a quiet spell ends it.
+func (b *Budget) trackDelivery(o estimator.Observation, dt float64) (loaded bool) {
+	if o.Load < 0.8 && o.Backlog < limitingBacklog {
+		b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
+		return false
+	}
+	w := math.Min(dt/2, 1)
+	if b.loadedTime == 0 {
+		b.loadedMean, b.loadedVar = o.Achieved, 0
+	}
+	d := o.Achieved - b.loadedMean
+	b.loadedMean += d * w
+	b.loadedVar += (d*d - b.loadedVar) * w
+	b.loadedTime += dt
+	return true
 }
 
 // measuredKnee is where under a measured capacity the queue starts to grow:
