@@ -159,10 +159,7 @@ func (es *execScheme) wait() {
 	close(es.exited)
 }
 
-func (es *execScheme) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(es.dir, "command.log"))
-	return tailString(string(b), 2000)
-}
+func (es *execScheme) logTail() string { return fileTail(filepath.Join(es.dir, "command.log")) }
 
 // poll reads both shapers' rates every ExecRatePoll until ctx ends, keeping
 // those that changed. A read that fails (the command may be rebuilding the

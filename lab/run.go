@@ -556,10 +556,7 @@ func (ds *daemonScheme) wait() {
 	ds.done <- err
 }
 
-func (ds *daemonScheme) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(ds.dir, "daemon.log"))
-	return tailString(string(b), 2000)
-}
+func (ds *daemonScheme) logTail() string { return fileTail(filepath.Join(ds.dir, "daemon.log")) }
 
 func (ds *daemonScheme) failed() <-chan error { return ds.fail }
 
@@ -591,6 +588,13 @@ func keepOrRemove(dir, whose string) {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "linklab: %s files are kept in %s\n", whose, dir)
+}
+
+// fileTail is the last 2000 bytes of a scheme's log file, for an error
+// message (empty when it cannot be read).
+func fileTail(path string) string {
+	b, _ := os.ReadFile(path)
+	return tailString(string(b), 2000)
 }
 
 func tailString(s string, n int) string {
