@@ -71,9 +71,8 @@ type PoolConfig struct {
 	// default 40: each active reflector is probed every Active/Rate seconds
 	// (150 ms with six), and the reflectors take turns at even spacing. The
 	// combined delay is the median of each reflector's newest answer, so it
-	// lags a growing queue by about half that: at 20 per second the lab's
-	// step scenario showed p95s of 13-17 ms against a 15 ms budget, at 40
-	// 13-14 ms, for 1-2 % less upload goodput on a 2.6 Mbit/s ADSL line.
+	// lags a growing queue by about half that (docs/sim-vs-lab.md has the
+	// lab's figures at 20 and 40).
 	Rate float64
 	// Method is how reflectors are probed (the zero value is Echo).
 	Method Method
