@@ -123,12 +123,14 @@ func (c BudgetConfig) Validate() error {
 //   - Capacity drop (download only, see capacityDrop): on a link that has
 //     been delivering a steady rate, a sudden fall of what gets through,
 //     with no backlog in our shaper, is a capacity drop seen a round trip
-//     before any delay: cut to MinCut of the new capacity.
+//     before any delay: cut to MinCut of the new capacity, and again in the
+//     next tick if that measures it lower.
 //   - Standing (download only): while our shaper holds a backlog (it, not
 //     the bottleneck upstream, limits the traffic now) a delay over Hold may
 //     be the lagging tail of a fade already over; hold until it has stood for
 //     Standing. On upload our shaper is upstream of the bottleneck and its
-//     backlog says nothing about the bottleneck's queue.
+//     backlog says nothing about the bottleneck's queue; nor on a link with
+//     a ceiling of its own (see below), which has no fades.
 //   - Over budget (the estimator's bloat verdict with the median over Hold,
 //     or the median over the budget): cut towards what the link delivers now
 //     (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
@@ -151,7 +153,8 @@ func (c BudgetConfig) Validate() error {
 //     drop), with Hold lowered to half since the rate sits just
 //     under it: fast only up to 90 % of it, then along CUBIC's window curve
 //     (see plateau): concave up to the ceiling, a plateau there, convex past
-//     it.
+//     it, up to 10 % over it; a rate past that with no delay says the
+//     ceiling is no longer the link's, and it rises as on any link.
 //   - Unloaded: drift towards base.
 //
 // Each cut or ease marks a ceiling (see mark): what got through when that
@@ -167,6 +170,7 @@ type Budget struct {
 	prevPrev  float64       // and before that
 	bloatAt   time.Time
 	dropAt    time.Time // the last capacity drop
+	dropRate  float64   // and the rate it cut to
 	// justDropped: the previous call was a capacity drop.
 	justDropped bool
 	achieved    float64 // achieved rate smoothed over about 200ms
@@ -215,7 +219,8 @@ func (b *Budget) Next(in Input) Proposal {
 	// time at the current rate; the hold level moves up by the same amount,
 	// since at low rates that packet is the floor of the delay.
 	delay := o.Delta - serialisation(o, c.Budget)
-	if b.steady(in.Now) {
+	steady := b.steady(in.Now)
+	if steady {
 		// A link with a ceiling of its own: the rate sits just under it, where
 		// any rise shows as delay soon, so stop earlier.
 		c.Hold = c.Hold / 2
@@ -239,9 +244,13 @@ func (b *Budget) Next(in Input) Proposal {
 	if p, ok := b.capacityDrop(in, dt); ok {
 		return p
 	}
-	if (over || delay > c.Hold) && !b.dropAt.IsZero() && in.Now.Sub(b.dropAt) < afterDrop {
+	if (over || delay > c.Hold) && !b.dropAt.IsZero() && in.Now.Sub(b.dropAt) < afterDrop &&
+		(rate <= b.dropRate || rate < b.zone(in.Now)*b.bloatRate) {
 		// The delay shows the queue the senders built before the drop was
-		// cut, which the cut drains: neither a cut nor a new ceiling.
+		// cut, which the cut drains: neither a cut nor a new ceiling. Only
+		// while the rate is where the drop set it or under the ceiling's
+		// zone, though: in the zone it drains nothing, and a delay over
+		// Hold is a queue of its own.
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	if !over && delay <= c.Hold {
@@ -257,7 +266,7 @@ func (b *Budget) Next(in Input) Proposal {
 	// That holds on download only, where our shaper is downstream of the
 	// bottleneck; on upload a backlog in our shaper says nothing about the
 	// bottleneck's queue, which grows whenever the rate exceeds the capacity.
-	if o.Direction == estimator.Down && o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
+	if o.Direction == estimator.Down && !steady && o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	if over {
@@ -293,16 +302,16 @@ func (b *Budget) Next(in Input) Proposal {
 		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
 		step := c.Step * math.Max(0.1, 1-2*b.overShare)
 		target := b.bloatRate * b.plateau(in.Now)
-		steady, zone := b.steady(in.Now), b.zone(in.Now)
-		if steady && rate >= (zone-0.01)*b.bloatRate && rate <= math.Max(1.1*b.bloatRate, target) {
-			// In the ceiling's zone or on the curve past it: as CUBIC
-			// probes around its last window, concave up to the ceiling,
-			// a plateau at it, then convex past it, so that the rate
+		zone := b.zone(in.Now)
+		if steady && rate >= (zone-0.01)*b.bloatRate && rate <= 1.1*b.bloatRate {
+			// In the ceiling's zone, up to 10 % over it: as CUBIC probes
+			// around its last window, concave up to the ceiling, a
+			// plateau at it, then convex past it, so that the rate
 			// crosses the knee slowly (the queue it builds there stays
-			// small by the time the delay shows it) and a capacity that
-			// came back is found within seconds. (A rate above both, set
-			// by a bound, says the ceiling is not the link's: it rises
-			// as on any link.)
+			// small by the time the delay shows it). A rate 10 % over
+			// the ceiling with no delay (or one a bound set there) says
+			// the ceiling is no longer the link's: its capacity came
+			// back, and the rate rises as on any link to find it.
 			next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*dt)
 			return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 		}
@@ -348,22 +357,25 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// The history must hold at least a second of loaded time.
 	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
 	// The tick that saw the drop may still have carried some of the old
-	// rate. In the next one the bottleneck still drains the senders' queue,
-	// so what reaches our shaper is the new capacity, measured cleanly,
-	// however low the new rate (what gets through it is no more than that
-	// rate): if it is lower than the drop's own measure, it is the ceiling,
-	// and if it is under the new rate, cut again, to MinCut of it. (Later,
-	// less getting through may as well be the senders backing off after
-	// their losses.)
+	// rate, and so may the cut based on it. In the next one the bottleneck
+	// still drains the senders' queue, so what reaches our shaper is the new
+	// capacity, measured cleanly, however low the new rate (what gets
+	// through it is no more than that rate): if it is lower than the drop's
+	// own measure, it is the ceiling. Unless the rate held it back (all of
+	// the rate got through, and no more reached the shaper), it also tells
+	// whether the new rate drains the senders' queue: at 3/4 of the
+	// capacity and above the drain is slow (at the capacity there is none),
+	// so cut again, to MinCut of it. (Later, less getting through may as
+	// well be the senders backing off after their losses.)
 	refine := b.justDropped
 	b.justDropped = false
 	capacity := math.Max(o.Achieved, o.Offered)
 	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.measured(capacity, in.Now)
-		if capacity < 0.97*in.Rate {
-			// The new rate is still above the capacity: the queue the
-			// senders built cannot drain.
-			return Proposal{Rate: in.Bounds.Clamp(math.Min(in.Rate, capacity*c.MinCut)), Reason: ReasonDrop}, true
+		clean := capacity < 0.97*in.Rate || o.Offered > in.Rate
+		if next := capacity * c.MinCut; clean && in.Rate > 1.5*next {
+			b.dropRate = in.Bounds.Clamp(next)
+			return Proposal{Rate: b.dropRate, Reason: ReasonDrop}, true
 		}
 	}
 	if b.trackDelivery(o, dt) {
@@ -396,7 +408,8 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.cutDelay = 0
 	b.dropAt = in.Now
 	b.justDropped = true
-	return Proposal{Rate: in.Bounds.Clamp(o.Achieved * c.MinCut), Reason: ReasonDrop}, true
+	b.dropRate = in.Bounds.Clamp(o.Achieved * c.MinCut)
+	return Proposal{Rate: b.dropRate, Reason: ReasonDrop}, true
 }
 
 // measured records a capacity measured directly, not inferred from a delay,
@@ -464,13 +477,14 @@ func (b *Budget) mark(in Input) {
 }
 
 // plateauAt is how long after a ceiling was marked the gentle rise reaches
-// it; the rise is as slow again past it before it leaves the zone.
+// it; the rise is as slow again past it.
 const plateauAt = 3 * time.Second
 
 // plateau is where the gentle rise stands, as a fraction of the ceiling, at
 // now: from the zone's edge at the mark, concave up to the ceiling at
-// plateauAt, then convex, out of the zone at twice that (CUBIC's window
-// curve, W(t) = Wmax + C(t - K)^3).
+// plateauAt, then convex, 10 % over it (where the zone ends) at twice
+// plateauAt from the usual 90 % edge (CUBIC's window curve,
+// W(t) = Wmax + C(t - K)^3).
 func (b *Budget) plateau(now time.Time) float64 {
 	z := b.zone(now)
 	x := now.Sub(b.bloatAt).Seconds()/plateauAt.Seconds() - 1

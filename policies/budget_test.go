@@ -628,19 +628,24 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(4, 0.9), Reason: reasonProbe}),
 		},
 		{
-			// 8 s after the mark: 1.46 times the ceiling.
-			name:  "and on the same curve past the zone",
+			// 8 s after the mark the curve stands at 1.46 times the
+			// ceiling, but 10 % past it with no delay the ceiling is not
+			// the link's any more (its capacity came back): the rise is
+			// Step's, with a whole second since the last call.
+			name:  "10 % past the ceiling the rise is fast again",
 			steps: after(ceiling, probe(8600*time.Millisecond, 45e6)),
-			want:  then(ceilingCuts, policies.Proposal{Rate: ceil * plateau(8, 0.9), Reason: reasonProbe}),
+			want:  then(ceilingCuts, policies.Proposal{Rate: 45e6 * (1 + 2*1), Reason: reasonProbe}),
 		},
 		{
-			// 100ms after a call the curve (70 Mbit/s, 9 s after the mark)
-			// is above what Step allows from 45.
-			name:  "never faster than Step",
-			steps: after(ceiling, probe(9500*time.Millisecond, 45e6), probe(9600*time.Millisecond, 45e6)),
+			// 50ms after a call 5.2 s after the mark the curve (4.2 % over
+			// the ceiling) is above what Step allows with a quarter of the
+			// headroom (2.5 %).
+			name: "never faster than Step",
+			steps: after(ceiling, probe(5800*time.Millisecond, ceil),
+				budgetStep{at: 5850 * time.Millisecond, rate: ceil, delta: millis(5.625 * 0.75), achieved: ceil, load: 1}),
 			want: then(ceilingCuts,
-				policies.Proposal{Rate: ceil * plateau(8.9, 0.9), Reason: reasonProbe},
-				policies.Proposal{Rate: 45e6 * (1 + 2*0.1), Reason: reasonProbe}),
+				policies.Proposal{Rate: ceil * plateau(5.2, 0.9), Reason: reasonProbe},
+				policies.Proposal{Rate: ceil * (1 + 2*0.25*0.05), Reason: reasonProbe}),
 		},
 		{
 			name:  "fast more than 10 % below the ceiling",
@@ -1301,10 +1306,28 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			want: then(steadyWant, policies.Proposal{Rate: 12e6, Reason: reasonDrop}, drop),
 		},
 		{
-			// The new rate is at the capacity: no second cut, but the
-			// ceiling is the cleaner measure, so the rate holds at it (the
-			// curve starts from 85 % of it).
-			name: "a cleaner measure at the new rate only lowers the ceiling",
+			// The new rate is at the capacity (10.2 Mbit/s reach the
+			// shaper): the queue the senders built cannot drain, so cut
+			// again.
+			name: "a cleaner measure at the new rate cuts again",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 20e6, 20.0/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 10e6, achieved: 9.8e6, offered: 10.2e6, load: 0.98}),
+			want: then(steadyWant, policies.Proposal{Rate: 10e6, Reason: reasonDrop},
+				policies.Proposal{Rate: 10.2e6 * 0.5, Reason: reasonDrop}),
+		},
+		{
+			// So does one at 80 % of it: the drain would take four times as
+			// long as at half.
+			name: "a cleaner measure over the new rate cuts again",
+			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 16e6, 16.0/42 }),
+				budgetStep{at: 3100 * time.Millisecond, rate: 8e6, achieved: 8e6, offered: 10e6, load: 1}),
+			want: then(steadyWant, policies.Proposal{Rate: 8e6, Reason: reasonDrop}, drop),
+		},
+		{
+			// All of the new rate got through and no more reached the
+			// shaper: the capacity is at least the rate, unmeasured, and
+			// the rate is the ceiling; the curve holds it there.
+			name: "a measure the new rate held back only lowers the ceiling",
 			steps: after(steady, with(fall, func(s *budgetStep) { s.achieved, s.load = 20e6, 20.0/42 }),
 				budgetStep{at: 3100 * time.Millisecond, rate: 10e6, achieved: 9.8e6, load: 0.98}),
 			want: then(steadyWant, policies.Proposal{Rate: 10e6, Reason: reasonDrop},
@@ -1460,6 +1483,20 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			want: then(steadyWant, drop,
 				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
 				policies.Proposal{Rate: 9.5e6, Reason: reasonEase},
+			),
+		},
+		{
+			// In the ceiling's zone (from 85 % of it after a drop) the
+			// rate drains nothing: a delay over Hold is a queue of its own
+			// and eases at once, within the second after the drop.
+			name: "in the ceiling's zone the delay after a drop eases",
+			steps: after(steady, fall,
+				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
+				budgetStep{at: 3500 * time.Millisecond, rate: 9e6, delta: 8 * time.Millisecond, achieved: 9e6, load: 1},
+			),
+			want: then(steadyWant, drop,
+				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase},
 			),
 		},
 	})
