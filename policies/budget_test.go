@@ -1499,5 +1499,20 @@ func TestBudgetCapacityDrop(t *testing.T) {
 				policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase},
 			),
 		},
+		{
+			// Nor does a backlog in our shaper wait for Standing: a link
+			// with a ceiling of its own has no fades whose tail the delay
+			// could be, and behind an ingress shaper the packets it drops
+			// have crossed the bottleneck already, so its queue grows.
+			name: "on a link with a ceiling a backlog does not hold",
+			steps: after(steady, fall,
+				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
+				budgetStep{at: 3500 * time.Millisecond, rate: 9e6, delta: 8 * time.Millisecond, achieved: 9e6, load: 1, backlog: 6000},
+			),
+			want: then(steadyWant, drop,
+				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase},
+			),
+		},
 	})
 }
