@@ -124,7 +124,9 @@ func (c BudgetConfig) Validate() error {
 //     been delivering a steady rate, a sudden fall of what gets through,
 //     with no backlog in our shaper, is a capacity drop seen a round trip
 //     before any delay: cut to MinCut of the new capacity, and again in the
-//     next tick if that measures it lower.
+//     next tick if that measures it lower. A drop whose queue the delay
+//     does not show within afterDrop was the senders sending less, and its
+//     ceiling is forgotten.
 //   - Standing (download only): while our shaper holds a backlog (it, not
 //     the bottleneck upstream, limits the traffic now) a delay over Hold may
 //     be the lagging tail of a fade already over; hold until it has stood for
@@ -171,6 +173,8 @@ type Budget struct {
 	bloatAt   time.Time
 	dropAt    time.Time // the last capacity drop
 	dropRate  float64   // and the rate it cut to
+	// dropQueued: the delay has shown the queue the last drop left.
+	dropQueued bool
 	// justDropped: the previous call was a capacity drop.
 	justDropped bool
 	achieved    float64 // achieved rate smoothed over about 200ms
@@ -243,6 +247,21 @@ func (b *Budget) Next(in Input) Proposal {
 	}
 	if p, ok := b.capacityDrop(in, dt); ok {
 		return p
+	}
+	if !b.dropAt.IsZero() {
+		// A capacity drop leaves the queue the senders built before the
+		// cut, which the delay shows within a round trip or two. A drop
+		// that shows none within afterDrop was the senders sending less
+		// (several streams in loss recovery at once, a transfer ending),
+		// not the link: its ceiling, which would hold the rate at what
+		// they sent, is forgotten.
+		switch since := in.Now.Sub(b.dropAt); {
+		case since < afterDrop:
+			b.dropQueued = b.dropQueued || delay > c.Hold/2
+		case !b.dropQueued:
+			b.dropAt = time.Time{}
+			b.bloatRate, b.prevBloat, b.prevPrev = 0, 0, 0
+		}
 	}
 	if (over || delay > c.Hold) && !b.dropAt.IsZero() && in.Now.Sub(b.dropAt) < afterDrop &&
 		(rate <= b.dropRate || rate < b.zone(in.Now)*b.bloatRate) {
@@ -370,7 +389,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	refine := b.justDropped
 	b.justDropped = false
 	capacity := math.Max(o.Achieved, o.Offered)
-	if refine && capacity < b.bloatRate && capacity >= 0.1*b.bloatRate {
+	if refine && capacity*measuredKnee < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.measured(capacity, in.Now)
 		clean := capacity < 0.97*in.Rate || o.Offered > in.Rate
 		if next := capacity * c.MinCut; clean && in.Rate > 1.5*next {
@@ -407,16 +426,19 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.lastCut = in.Now
 	b.cutDelay = 0
 	b.dropAt = in.Now
+	b.dropQueued = false
 	b.justDropped = true
 	b.dropRate = in.Bounds.Clamp(o.Achieved * c.MinCut)
 	return Proposal{Rate: b.dropRate, Reason: ReasonDrop}, true
 }
 
 // measured records a capacity measured directly, not inferred from a delay,
-// as the ceiling and what gets through: the rise is gentle near it as if
-// three episodes had agreed on it.
+// as what gets through, with the knee under it (measuredKnee, as mark does)
+// as the ceiling: the rise is gentle near it as if three episodes had agreed
+// on it.
 func (b *Budget) measured(capacity float64, now time.Time) {
-	b.prevPrev, b.prevBloat, b.bloatRate = capacity, capacity, capacity
+	ceiling := capacity * measuredKnee
+	b.prevPrev, b.prevBloat, b.bloatRate = ceiling, ceiling, ceiling
 	b.bloatAt = now
 	b.achieved = capacity
 }

@@ -1486,6 +1486,48 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			),
 		},
 		{
+			// The measured capacity (10 Mbit/s) is what the bottleneck
+			// delivers while it holds a queue; the ceiling is the knee
+			// under it, 97 %: 100ms after the drop the curve stands at
+			// 86.45 % of 9.7 Mbit/s (8.39), under the rate, which holds
+			// (with 10 as the ceiling it would rise to 8.645).
+			name: "a drop's ceiling is 97 % of what it measured",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1},
+				budgetStep{at: 3150 * time.Millisecond, rate: 8.4e6, achieved: 8.4e6, load: 1}),
+			want: then(steadyWant, drop,
+				policies.Proposal{Rate: 5e6 * (1 + 2*0.05), Reason: reasonProbe},
+				policies.Proposal{Rate: 8.4e6, Reason: reasonProbe}),
+		},
+		{
+			// The senders sending less (streams in loss recovery at once)
+			// look like a drop, but leave no queue: with no delay within a
+			// second of it, its ceiling (4.85 Mbit/s, 97 % of what got
+			// through) is forgotten and the rise is Step's.
+			name: "a drop with no queue after it is forgotten",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, load: 1},
+				budgetStep{at: 4100 * time.Millisecond, rate: 5e6, achieved: 5e6, load: 1}),
+			want: then(steadyWant, drop,
+				// At the ceiling's zone the curve holds the rate.
+				policies.Proposal{Rate: 5e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 5e6 * (1 + 2*1), Reason: reasonProbe}),
+		},
+		{
+			// The same drop with its queue showing (40ms, held as the
+			// drop's own) keeps the ceiling: a second after it the curve
+			// stands under the rate, which holds.
+			name: "a drop whose queue showed keeps its ceiling",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, load: 1},
+				budgetStep{at: 3300 * time.Millisecond, rate: 5e6, delta: 40 * time.Millisecond, bloat: true, achieved: 5e6, load: 1},
+				budgetStep{at: 4100 * time.Millisecond, rate: 5e6, achieved: 5e6, load: 1}),
+			want: then(steadyWant, drop,
+				policies.Proposal{Rate: 5e6, Reason: reasonProbe},
+				policies.Proposal{Rate: 5e6, Reason: reasonHold},
+				policies.Proposal{Rate: 5e6, Reason: reasonProbe}),
+		},
+		{
 			// In the ceiling's zone (from 85 % of it after a drop) the
 			// rate drains nothing: a delay over Hold is a queue of its own
 			// and eases at once, within the second after the drop.
