@@ -249,28 +249,29 @@ func (b *Budget) Next(in Input) Proposal {
 		return p
 	}
 	if !b.dropAt.IsZero() {
+		since := in.Now.Sub(b.dropAt)
 		// A capacity drop leaves the queue the senders built before the
 		// cut, which the delay shows within a round trip or two. A drop
 		// that shows none within afterDrop was the senders sending less
 		// (several streams in loss recovery at once, a transfer ending),
 		// not the link: its ceiling, which would hold the rate at what
 		// they sent, is forgotten.
-		switch since := in.Now.Sub(b.dropAt); {
+		switch {
 		case since < afterDrop:
 			b.dropQueued = b.dropQueued || delay > c.Hold/2
 		case !b.dropQueued:
 			b.dropAt = time.Time{}
 			b.bloatRate, b.prevBloat, b.prevPrev = 0, 0, 0
 		}
-	}
-	if (over || delay > c.Hold) && !b.dropAt.IsZero() && in.Now.Sub(b.dropAt) < afterDrop &&
-		(rate <= b.dropRate || rate < b.zone(in.Now)*b.bloatRate) {
-		// The delay shows the queue the senders built before the drop was
-		// cut, which the cut drains: neither a cut nor a new ceiling. Only
-		// while the rate is where the drop set it or under the ceiling's
-		// zone, though: in the zone it drains nothing, and a delay over
-		// Hold is a queue of its own.
-		return Proposal{Rate: rate, Reason: ReasonHold}
+		// Within afterDrop the delay shows the queue the senders built
+		// before the drop was cut, which the cut drains: neither a cut nor
+		// a new ceiling. Only while the rate is where the drop set it or
+		// under the ceiling's zone, though: in the zone it drains nothing,
+		// and a delay over Hold is a queue of its own.
+		if since < afterDrop && (over || delay > c.Hold) &&
+			(rate <= b.dropRate || rate < b.zone(in.Now)*b.bloatRate) {
+			return Proposal{Rate: rate, Reason: ReasonHold}
+		}
 	}
 	if !over && delay <= c.Hold {
 		b.overSince = time.Time{}
@@ -359,9 +360,9 @@ func (b *Budget) Next(in Input) Proposal {
 
 // capacityDrop acts on a sudden fall of what gets through on a steady
 // download link: while loaded, the link delivered a rate that varied by less
-// than 10 % over the last seconds; now less than 70 % of that gets through, less than 70 %
-// of the rate, and our shaper holds no backlog, so the link delivers less
-// than it did. The delay signal shows that only a round trip plus the queue
+// than 10 % over the last seconds; now less than 70 % of that gets through,
+// less than 70 % of the rate, and our shaper holds no backlog, so the link
+// delivers less than it did. The delay signal shows that only a round trip plus the queue
 // later, since the probe replies wait in that very queue; the counters show
 // it within a tick. The senders keep sending at the old rate for about a
 // round trip, so the cut aims at MinCut of the new capacity to drain what

@@ -1290,6 +1290,17 @@ func TestBudgetCapacityDrop(t *testing.T) {
 		f(&s)
 		return s
 	}
+	// A delay of 8ms (over the halved Hold) in the ceiling's zone 450ms
+	// after the drop, with backlog bytes in our shaper: it eases to MaxCut
+	// of what gets through.
+	zoneDelay := func(backlog uint64) []budgetStep {
+		return after(steady, fall,
+			budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
+			budgetStep{at: 3500 * time.Millisecond, rate: 9e6, delta: 8 * time.Millisecond, achieved: 9e6, load: 1, backlog: backlog})
+	}
+	zoneEase := then(steadyWant, drop,
+		policies.Proposal{Rate: 10e6, Reason: reasonProbe},
+		policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase})
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "a fall on a steady link cuts to MinCut of what gets through",
@@ -1531,30 +1542,18 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			// In the ceiling's zone (from 85 % of it after a drop) the
 			// rate drains nothing: a delay over Hold is a queue of its own
 			// and eases at once, within the second after the drop.
-			name: "in the ceiling's zone the delay after a drop eases",
-			steps: after(steady, fall,
-				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
-				budgetStep{at: 3500 * time.Millisecond, rate: 9e6, delta: 8 * time.Millisecond, achieved: 9e6, load: 1},
-			),
-			want: then(steadyWant, drop,
-				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
-				policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase},
-			),
+			name:  "in the ceiling's zone the delay after a drop eases",
+			steps: zoneDelay(0),
+			want:  zoneEase,
 		},
 		{
 			// Nor does a backlog in our shaper wait for Standing: a link
 			// with a ceiling of its own has no fades whose tail the delay
 			// could be, and behind an ingress shaper the packets it drops
 			// have crossed the bottleneck already, so its queue grows.
-			name: "on a link with a ceiling a backlog does not hold",
-			steps: after(steady, fall,
-				budgetStep{at: 3150 * time.Millisecond, rate: 10e6, achieved: 10e6, load: 1},
-				budgetStep{at: 3500 * time.Millisecond, rate: 9e6, delta: 8 * time.Millisecond, achieved: 9e6, load: 1, backlog: 6000},
-			),
-			want: then(steadyWant, drop,
-				policies.Proposal{Rate: 10e6, Reason: reasonProbe},
-				policies.Proposal{Rate: 9e6 * 0.95, Reason: reasonEase},
-			),
+			name:  "on a link with a ceiling a backlog does not hold",
+			steps: zoneDelay(6000),
+			want:  zoneEase,
 		},
 	})
 }
