@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -42,7 +43,7 @@ func Schemes(names []string, budget policies.BudgetConfig, classic policies.Clas
 		case "unshaped":
 			out = append(out, Scheme{Name: n})
 		case "oracle":
-			out = append(out, Scheme{Name: n, Oracle: 0.95})
+			out = append(out, Scheme{Name: n, Oracle: &Oracle{Fraction: 0.95, Window: 50 * time.Millisecond}})
 		default:
 			return nil, fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(SchemeNames, ", "))
 		}

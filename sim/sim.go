@@ -168,13 +168,42 @@ type Scheme struct {
 	// Policy builds the controller's policy for one direction; nil runs no
 	// controller.
 	Policy func(d estimator.Direction, b policies.Bounds, mean float64) (policies.Policy, error)
-	// Oracle > 0 sets the shaper to this fraction of the capacity of the
-	// coming 50 ms, every 10 ms: what perfect knowledge could do.
-	Oracle float64
+	// Oracle, when set, runs no controller: the simulator sets the shaper
+	// from its own knowledge of the link.
+	Oracle *Oracle
 	// Controller tunes the controller; its Directions are filled in by Run.
 	Controller controller.Config
 	// Estimator tunes the estimator; Budget is taken from the run when zero.
 	Estimator estimator.Config
+}
+
+// An Oracle sets the shaper every 10 ms from the link's true capacity: a
+// Fraction of the capacity over Window, less the bottleneck's queue over
+// Drain when Drain > 0, never under a tenth of the mean (as a user's
+// minimum). With Lag 0 it sees the coming Window: what foresight could do.
+// With Lag > 0 it sees the Window that ended Lag ago and the queue as it
+// stood then: perfect knowledge, late, as a controller measuring the link
+// has it at best.
+type Oracle struct {
+	Fraction           float64
+	Window, Lag, Drain time.Duration
+}
+
+// rate is the oracle's shaper rate at now (ms) on trace tr, with the
+// bottleneck's queue in bytes at each past score (every scoreEvery ms, the
+// latest last).
+func (o *Oracle) rate(tr *Trace, now int64, queue []int64, mean float64) float64 {
+	win := max(o.Window.Milliseconds(), 1)
+	from := now
+	if lag := o.Lag.Milliseconds(); lag > 0 {
+		from = max(now-lag-win, 0)
+	}
+	r := o.Fraction * tr.RateAt(from, win)
+	if o.Drain > 0 && len(queue) > 0 {
+		q := queue[max(len(queue)-1-int(o.Lag.Milliseconds()/scoreEvery), 0)]
+		r -= float64(q) * 8 / o.Drain.Seconds()
+	}
+	return math.Max(r, 0.1*mean)
 }
 
 // Delay holds percentiles of added delay in milliseconds.
@@ -348,6 +377,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		}
 	}
 	var rateSum [2]float64
+	var queues [2][]int64 // the oracle's view of the bottleneck's queue
 	var rateN [2]int
 	changes := [2]int{}
 	ctx := context.Background()
@@ -358,11 +388,15 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			for _, p := range m.paths {
 				p.wait, p.empty = p.fifoWait(now)
 			}
-			if scheme.Oracle > 0 {
+			if scheme.Oracle != nil {
 				for _, d := range estimator.Directions {
 					if traces[d] != nil {
-						// Never below a tenth of the mean, as a user's minimum.
-						m.paths[d].setRate(math.Max(scheme.Oracle*traces[d].RateAt(now, 50), 0.1*means[d]))
+						// The queue as it stood at each score, as far back as the lag.
+						queues[d] = append(queues[d], m.paths[d].bqBytes)
+						if keep := int(scheme.Oracle.Lag.Milliseconds()/scoreEvery) + 1; len(queues[d]) > 2*keep {
+							queues[d] = append(queues[d][:0], queues[d][len(queues[d])-keep:]...)
+						}
+						m.paths[d].setRate(scheme.Oracle.rate(traces[d], now, queues[d], means[d]))
 					}
 				}
 			}
@@ -467,7 +501,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		}
 		r.Series = series[d]
 		ScoreDelays(&r, scores[d], scoreEvery*time.Millisecond, traces[d], cfg.Budget, cfg.Duration,
-			scheme.Policy != nil || scheme.Oracle > 0)
+			scheme.Policy != nil || scheme.Oracle != nil)
 		out = append(out, roundResult(r))
 	}
 	return out, nil
