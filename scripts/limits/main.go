@@ -5,9 +5,10 @@
 // trace and direction, the most seeds on which one oracle of the grid meets
 // the bars against classic on the same seed, and that oracle. A
 // trace on which no late oracle meets the bars asks more of a controller than
-// measuring the link can give it. docs/limits.md quotes its output.
+// measuring the link can give it. With -alone each direction is loaded on its
+// own. docs/limits.md quotes its output.
 //
-//	go run ./scripts/limits [-seeds 4] [-traces ../shared/traces]
+//	go run ./scripts/limits [-seeds 4] [-alone] [-traces ../shared/traces]
 package main
 
 import (
@@ -34,8 +35,16 @@ var (
 func main() {
 	seeds := flag.Int("seeds", 4, "seeds 1..N")
 	traces := flag.String("traces", "../shared/traces", "folder of the recorded traces")
+	alone := flag.Bool("alone", false, "load one direction at a time")
 	flag.Parse()
 	cases := bars.RecordedCases(*traces)
+	if *alone {
+		var split []bars.Case
+		for _, c := range cases {
+			split = append(split, c.Alone()...)
+		}
+		cases = split
+	}
 	classic, err := sim.Schemes([]string{"classic"}, policies.BudgetConfig{}, policies.DefaultClassicConfig())
 	if err != nil {
 		fail(err)
@@ -94,7 +103,7 @@ func main() {
 	fmt.Println(head)
 	fmt.Println(rule)
 	for c, cs := range cases {
-		for _, dir := range []string{"down", "up"} {
+		for _, dir := range cs.Dirs() {
 			row := fmt.Sprintf("| %s | %s |", cs.Name, dir)
 			for _, l := range lags {
 				best, bestN, bestU := -1, -1, 0.0
@@ -130,7 +139,7 @@ func main() {
 	fmt.Println()
 	fmt.Println("classic, medians over the seeds (utilization @ p95 ms):")
 	for c, cs := range cases {
-		for _, dir := range []string{"down", "up"} {
+		for _, dir := range cs.Dirs() {
 			var util, p95 []float64
 			for s := range *seeds {
 				r := classics[c][s]["classic "+dir]

@@ -1,9 +1,10 @@
 // Command seedbars runs the simulator over several seeds on the six recorded
 // LTE traces and the two stable links of issue #2 and counts, per case and
 // direction, the seeds on which autoshape meets the issue's bars, with the
-// medians over seeds beside classic's. The README quotes its output.
+// medians over seeds beside classic's. With -alone each direction is loaded
+// on its own. The README quotes its output.
 //
-//	go run ./scripts/seedbars [-seeds 8] [-traces ../shared/traces]
+//	go run ./scripts/seedbars [-seeds 8] [-alone] [-traces ../shared/traces]
 package main
 
 import (
@@ -20,8 +21,16 @@ import (
 func main() {
 	seeds := flag.Int("seeds", 8, "seeds 1..N")
 	traces := flag.String("traces", "../shared/traces", "folder of the recorded traces")
+	alone := flag.Bool("alone", false, "load one direction at a time")
 	flag.Parse()
 	cases := bars.Cases(*traces)
+	if *alone {
+		var split []bars.Case
+		for _, c := range cases {
+			split = append(split, c.Alone()...)
+		}
+		cases = split
+	}
 	schemes, err := sim.Schemes([]string{"autoshape", "classic"}, policies.BudgetConfig{}, policies.DefaultClassicConfig())
 	if err != nil {
 		fail(err)
@@ -47,7 +56,7 @@ func main() {
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
 	total, met := 0, 0
 	for c, cs := range cases {
-		for _, dir := range []string{"down", "up"} {
+		for _, dir := range cs.Dirs() {
 			var n int
 			var util, p50, p95, cutil, cp95 []float64
 			for _, r := range results[c] {

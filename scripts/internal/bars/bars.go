@@ -55,6 +55,31 @@ func RecordedCases(traces string) []Case {
 	return out
 }
 
+// Alone splits c into one case per loaded direction, the other carrying no
+// load.
+func (c Case) Alone() []Case {
+	var out []Case
+	if c.Down != "" {
+		out = append(out, Case{c.Name + " (down alone)", c.Down, "", c.Kind})
+	}
+	if c.Up != "" {
+		out = append(out, Case{c.Name + " (up alone)", "", c.Up, c.Kind})
+	}
+	return out
+}
+
+// Dirs lists the directions c loads.
+func (c Case) Dirs() []string {
+	var out []string
+	if c.Down != "" {
+		out = append(out, "down")
+	}
+	if c.Up != "" {
+		out = append(out, "up")
+	}
+	return out
+}
+
 // Cases lists every case: the recorded pairs in traces, then the stable links.
 func Cases(traces string) []Case {
 	return append(RecordedCases(traces),

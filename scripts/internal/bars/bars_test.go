@@ -1,6 +1,7 @@
 package bars
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/autoshape/autoshape/sim"
@@ -48,5 +49,23 @@ func TestMeets(t *testing.T) {
 				t.Errorf("Meets(%v, %+v, classic %+v) = %v, want %v", tt.kind, tt.a, c, got, tt.want)
 			}
 		})
+	}
+}
+
+// Alone splits a pair into its loaded directions; a case's Dirs follow them.
+func TestAlone(t *testing.T) {
+	pair := Case{"x", "a.down", "a.up", Recorded}
+	got := pair.Alone()
+	want := []Case{{"x (down alone)", "a.down", "", Recorded}, {"x (up alone)", "", "a.up", Recorded}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Alone() = %v, want %v", got, want)
+	}
+	for _, tt := range []struct {
+		c    Case
+		want []string
+	}{{pair, []string{"down", "up"}}, {got[0], []string{"down"}}, {got[1], []string{"up"}}} {
+		if d := tt.c.Dirs(); !slices.Equal(d, tt.want) {
+			t.Errorf("%s: Dirs() = %v, want %v", tt.c.Name, d, tt.want)
+		}
 	}
 }
