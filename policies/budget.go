@@ -151,8 +151,8 @@ func (c BudgetConfig) Validate() error {
 //     headroom left below Hold and slowed by the share of recent time spent
 //     over the budget. Near a ceiling the link has shown (two episodes of
 //     delay whose cuts or eases agreed within 10 %, within Memory, on a link
-//     that delivered a steady rate, or three that agreed, or a capacity
-//     drop), with Hold lowered to half since the rate sits just
+//     that delivered a steady rate, or three that agreed on download, or a
+//     capacity drop), with Hold lowered to half since the rate sits just
 //     under it: fast only up to 90 % of it, then along CUBIC's window curve
 //     (see plateau): concave up to the ceiling, a plateau there, convex past
 //     it, up to 10 % over it; a rate past that with no delay says the
@@ -223,7 +223,7 @@ func (b *Budget) Next(in Input) Proposal {
 	// time at the current rate; the hold level moves up by the same amount,
 	// since at low rates that packet is the floor of the delay.
 	delay := o.Delta - serialisation(o, c.Budget)
-	steady := b.steady(in.Now)
+	steady := b.steady(in.Now, o.Direction)
 	if steady {
 		// A link with a ceiling of its own: the rate sits just under it, where
 		// any rise shows as delay soon, so stop earlier.
@@ -529,8 +529,8 @@ func (b *Budget) zone(now time.Time) float64 {
 // steady reports whether the link shows a ceiling of its own: a capacity
 // drop was measured within Memory, or the last two episodes' ceilings,
 // within Memory, agreed (within 10 %) and what got through while loaded
-// varied little, or the last three agreed.
-func (b *Budget) steady(now time.Time) bool {
+// varied little, or, on download, the last three agreed.
+func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
 	}
@@ -542,11 +542,16 @@ func (b *Budget) steady(now time.Time) bool {
 	}
 	// Two ceilings agree by chance on a link whose capacity moves (a
 	// cellular one): that takes what got through while loaded to have
-	// varied little as well, or a third ceiling that agrees.
+	// varied little as well, or a third ceiling that agrees. On upload the
+	// third is no evidence: our shaper is upstream of the bottleneck, so a
+	// ceiling there is never measured but is the knee of the policy's own
+	// rise, and rises from like cuts reach like knees whatever the link
+	// does (a cellular upload crawled along such a ceiling for seconds
+	// with twice the capacity free).
 	if math.Sqrt(b.loadedVar) < 0.1*b.loadedMean+countingNoise {
 		return true
 	}
-	return math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
+	return d == estimator.Down && math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
 }
 
 // countingNoise is how much a tick's achieved rate varies on a steady link

@@ -1264,7 +1264,25 @@ func TestBudgetSteadyDelivery(t *testing.T) {
 				clear(4150*time.Millisecond), cut(4450*time.Millisecond), probe(4550*time.Millisecond)),
 			want: then(cellularWant, cutTo, cleared, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6, Reason: reasonProbe}),
 		},
+		{
+			// On upload a ceiling is the knee of the policy's own rise, and
+			// like rises reach like knees: a third adds no evidence.
+			name: "a third that agrees on upload: fast",
+			steps: upload(after(cellular, cut(3250*time.Millisecond), clear(3550*time.Millisecond), cut(3850*time.Millisecond),
+				clear(4150*time.Millisecond), cut(4450*time.Millisecond), probe(4550*time.Millisecond))),
+			want: then(cellularWant, cutTo, cleared, cutTo, cleared, cutTo, policies.Proposal{Rate: 27e6 * (1 + 2*0.1), Reason: reasonProbe}),
+		},
 	})
+}
+
+// upload returns steps as upload observations.
+func upload(steps []budgetStep) []budgetStep {
+	out := make([]budgetStep, len(steps))
+	for i, s := range steps {
+		s.up = true
+		out[i] = s
+	}
+	return out
 }
 
 // TestBudgetCapacityDrop checks the cut on a sudden fall of what gets through
