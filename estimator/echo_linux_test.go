@@ -396,14 +396,17 @@ func checkBounded(t *testing.T, l *probeLab, tg Target, w *window, mu *sync.Mute
 	if err != nil {
 		t.Fatalf("Run() = %v", err)
 	}
-	// The window's capacity (deadline/interval + windowSlack) is a hard
-	// bound; what it holds in practice is one deadline's worth and the
-	// probes sent while the report of the oldest lags.
-	const lag = 8
-	bound := int(deadline/interval) + lag
-	t.Logf("%d probes, %d reported lost, at most %d held (bound %d)", tg.Stats().Sent, len(got), maxHeld, bound)
-	if maxHeld > bound {
-		t.Errorf("held up to %d probes, want at most %d (deadline/interval + %d)", maxHeld, bound, lag)
+	// The window's capacity (deadline/interval + windowSlack) bounds what it
+	// holds however long the target runs and whatever it loses: one
+	// deadline's worth and the probes sent while the report of the oldest
+	// lags (a few under load, reported here; a bound on them would time the
+	// scheduler, and one run of the race-enabled suite held 59 at a 1 ms
+	// interval and a 50 ms deadline). Nor may the ring grow past it.
+	bound := windowCap(interval, deadline)
+	t.Logf("%d probes, %d reported lost, at most %d held (one deadline: %d, capacity %d)",
+		tg.Stats().Sent, len(got), maxHeld, int(deadline/interval), bound)
+	if maxHeld > bound || len(w.ring) != bound {
+		t.Errorf("held up to %d probes in a ring of %d, want at most the window's capacity %d", maxHeld, len(w.ring), bound)
 	}
 	if min := int(d / interval / 2); len(got) < min {
 		t.Errorf("got %d results, want at least %d", len(got), min)
