@@ -15,8 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/autoshape/autoshape/policies"
@@ -39,11 +37,7 @@ func main() {
 	flag.Parse()
 	cases := bars.RecordedCases(*traces)
 	if *alone {
-		var split []bars.Case
-		for _, c := range cases {
-			split = append(split, c.Alone()...)
-		}
-		cases = split
+		cases = bars.Alone(cases)
 	}
 	classic, err := sim.Schemes([]string{"classic"}, policies.BudgetConfig{}, policies.DefaultClassicConfig())
 	if err != nil {
@@ -86,7 +80,7 @@ func main() {
 	}
 
 	fmt.Printf("seeds 1-%d, budget %d ms; %d oracles per lag: fraction %v × window %v × drain %v (0: none).\n",
-		*seeds, bars.BudgetMs, len(oracles)/len(lags), fractions, durations(windows), durations(drains))
+		*seeds, bars.BudgetMs, len(oracles)/len(lags), fractions, windows, drains)
 	fmt.Println("Each cell: the seeds on which the best oracle at that lag meets the bars, that oracle (fraction, window, drain)")
 	fmt.Println("and its median utilization @ p95, p50 ms over the seeds.")
 	fmt.Println()
@@ -120,7 +114,7 @@ func main() {
 						}
 						util = append(util, a.Utilization)
 					}
-					if u := median(util); n > bestN || n == bestN && u > bestU {
+					if u := bars.Median(util); n > bestN || n == bestN && u > bestU {
 						best, bestN, bestU = o, n, u
 					}
 				}
@@ -131,7 +125,7 @@ func main() {
 					util, p95, p50 = append(util, a.Utilization), append(p95, a.Delay.P95), append(p50, a.Delay.P50)
 				}
 				row += fmt.Sprintf(" %d/%d: %.2f, %v, %v: %.2f @ %.0f, %.1f |", bestN, *seeds, or.Fraction, or.Window, or.Drain,
-					median(util), median(p95), median(p50))
+					bars.Median(util), bars.Median(p95), bars.Median(p50))
 			}
 			fmt.Println(row)
 		}
@@ -145,24 +139,9 @@ func main() {
 				r := classics[c][s]["classic "+dir]
 				util, p95 = append(util, r.Utilization), append(p95, r.Delay.P95)
 			}
-			fmt.Printf("- %s %s: %.2f @ %.0f\n", cs.Name, dir, median(util), median(p95))
+			fmt.Printf("- %s %s: %.2f @ %.0f\n", cs.Name, dir, bars.Median(util), bars.Median(p95))
 		}
 	}
-}
-
-func durations(d []time.Duration) string {
-	var s []string
-	for _, x := range d {
-		s = append(s, x.String())
-	}
-	return "[" + strings.Join(s, " ") + "]"
-}
-
-// median is the middle value (the upper one of an even count).
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	return v[len(v)/2]
 }
 
 func fail(err error) {

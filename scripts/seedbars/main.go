@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/scripts/internal/bars"
@@ -25,11 +24,7 @@ func main() {
 	flag.Parse()
 	cases := bars.Cases(*traces)
 	if *alone {
-		var split []bars.Case
-		for _, c := range cases {
-			split = append(split, c.Alone()...)
-		}
-		cases = split
+		cases = bars.Alone(cases)
 	}
 	schemes, err := sim.Schemes([]string{"autoshape", "classic"}, policies.BudgetConfig{}, policies.DefaultClassicConfig())
 	if err != nil {
@@ -77,18 +72,10 @@ func main() {
 			total += len(util)
 			met += n
 			fmt.Printf("| %s | %s | %d/%d | %.2f | %.1f | %.1f | %.2f | %.1f |\n", cs.Name, dir, n, len(util),
-				median(util), median(p50), median(p95), median(cutil), median(cp95))
+				bars.Median(util), bars.Median(p50), bars.Median(p95), bars.Median(cutil), bars.Median(cp95))
 		}
 	}
 	fmt.Printf("\nwithin the bars: %d of %d runs\n", met, total)
-}
-
-// median is the middle value (the upper one of an even count, as the README
-// has always quoted it).
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	return v[len(v)/2]
 }
 
 func fail(err error) {

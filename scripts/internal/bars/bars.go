@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,15 +56,17 @@ func RecordedCases(traces string) []Case {
 	return out
 }
 
-// Alone splits c into one case per loaded direction, the other carrying no
-// load.
-func (c Case) Alone() []Case {
+// Alone splits each case into one case per loaded direction, the other
+// carrying no load.
+func Alone(cases []Case) []Case {
 	var out []Case
-	if c.Down != "" {
-		out = append(out, Case{c.Name + " (down alone)", c.Down, "", c.Kind})
-	}
-	if c.Up != "" {
-		out = append(out, Case{c.Name + " (up alone)", "", c.Up, c.Kind})
+	for _, c := range cases {
+		if c.Down != "" {
+			out = append(out, Case{c.Name + " (down alone)", c.Down, "", c.Kind})
+		}
+		if c.Up != "" {
+			out = append(out, Case{c.Name + " (up alone)", "", c.Up, c.Kind})
+		}
 	}
 	return out
 }
@@ -125,6 +128,13 @@ func (c Case) Run(seed int, schemes []sim.Scheme) (map[string]sim.Result, error)
 		}
 	}
 	return out, nil
+}
+
+// Median is the middle value of v (the upper one of an even count).
+func Median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // Each calls f(0) … f(n-1) on as many goroutines as there are CPUs and

@@ -55,7 +55,7 @@ func TestMeets(t *testing.T) {
 // Alone splits a pair into its loaded directions; a case's Dirs follow them.
 func TestAlone(t *testing.T) {
 	pair := Case{"x", "a.down", "a.up", Recorded}
-	got := pair.Alone()
+	got := Alone([]Case{pair})
 	want := []Case{{"x (down alone)", "a.down", "", Recorded}, {"x (up alone)", "", "a.up", Recorded}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Alone() = %v, want %v", got, want)
@@ -66,6 +66,17 @@ func TestAlone(t *testing.T) {
 	}{{pair, []string{"down", "up"}}, {got[0], []string{"down"}}, {got[1], []string{"up"}}} {
 		if d := tt.c.Dirs(); !slices.Equal(d, tt.want) {
 			t.Errorf("%s: Dirs() = %v, want %v", tt.c.Name, d, tt.want)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tt := range []struct {
+		v    []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 3}, {[]float64{5}, 5}} {
+		if got := Median(tt.v); got != tt.want {
+			t.Errorf("Median(%v) = %v, want %v", tt.v, got, tt.want)
 		}
 	}
 }
