@@ -80,18 +80,27 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 type usageError struct{ error }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "run" && args[0] != "sweep") {
+	var err error
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stderr, usage)
+		return 2
+	case args[0] == "run":
+		err = runCmd(args[1:], stdout, stderr)
+	case args[0] == "sweep":
+		err = sweepCmd(args[1:], stdout, stderr)
+	case args[0] == "uml":
+		err = umlCmd(args[1:], stdout, stderr)
+	default:
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var err error
-	if args[0] == "run" {
-		err = runCmd(args[1:], stdout, stderr)
-	} else {
-		err = sweepCmd(args[1:], stdout, stderr)
-	}
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code) // the linklab inside has said why
 	}
 	fmt.Fprintf(stderr, "linklab: %v\n", err)
 	var ue usageError

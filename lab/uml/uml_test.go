@@ -1,0 +1,69 @@
+package uml
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestModulePaths(t *testing.T) {
+	dir := t.TempDir()
+	dep := "kernel/net/sched/sch_cake.ko:\n" +
+		"kernel/net/xfrm/xfrm_user.ko: kernel/net/xfrm/xfrm_algo.ko\n" +
+		"kernel/net/xfrm/xfrm_algo.ko: kernel/crypto/a.ko\n" +
+		"kernel/crypto/a.ko:\n" +
+		"kernel/drivers/net/ifb-x.ko.xz:\n"
+	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		names   []string
+		want    []string
+		wantErr string
+	}{
+		{names: []string{"sch_cake"}, want: []string{"kernel/net/sched/sch_cake.ko"}},
+		{names: []string{"xfrm_user", "xfrm_algo", "sch_cake"},
+			want: []string{"kernel/crypto/a.ko", "kernel/net/xfrm/xfrm_algo.ko", "kernel/net/xfrm/xfrm_user.ko", "kernel/net/sched/sch_cake.ko"}},
+		{names: []string{"ifb_x"}, want: []string{"kernel/drivers/net/ifb-x.ko.xz"}},
+		{names: []string{"sch-cake"}, want: []string{"kernel/net/sched/sch_cake.ko"}},
+		{names: []string{"sch_nope"}, wantErr: `no module "sch_nope"`},
+	} {
+		t.Run(strings.Join(tc.names, ","), func(t *testing.T) {
+			got, err := ModulePaths(dir, tc.names)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, filepath.Join(dir, w))
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestInitScriptQuotes(t *testing.T) {
+	s := initScript(Config{WorkDir: "/w d", Env: []string{"A=it's"}}, "/r", []string{"/m/x.ko"}, []string{"sh", "-c", "echo 'hi' $X"})
+	for _, want := range []string{
+		`insmod '/m/x.ko'`,
+		`export 'A=it'\''s'`,
+		`cd '/w d'`,
+		`'sh' '-c' 'echo '\''hi'\'' $X' > '/r/uml-stdout'`,
+		`echo $? > '/r/uml-status'`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("init script lacks %q:\n%s", want, s)
+		}
+	}
+}
