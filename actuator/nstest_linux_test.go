@@ -16,6 +16,7 @@ import (
 	"github.com/florianl/go-tc"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Helpers for tests that need root: each test builds its own network
@@ -172,7 +173,7 @@ func testTC(tb testing.TB, ns netns.NsHandle) *tc.Tc {
 // testNetlink opens a netlink handle in ns, closed when tb ends.
 func testNetlink(tb testing.TB, ns netns.NsHandle) *netlink.Handle {
 	tb.Helper()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		tb.Fatalf("failed to open netlink handle: %v", err)
 	}

@@ -115,17 +115,32 @@ func open(netns int) (*tc.Tc, *netlink.Handle, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to open traffic control netlink: %w", err)
 	}
-	var h *netlink.Handle
-	if netns != 0 {
-		h, err = netlink.NewHandleAt(nsHandle(netns))
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := openLinkHandle(netns)
 	if err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("failed to open link netlink: %w", err)
+		return nil, nil, err
 	}
 	return conn, h, nil
+}
+
+// openLinkHandle opens a link netlink handle in the given namespace (0: the
+// current one). It asks for NETLINK_ROUTE alone: without a family the
+// library also opens XFRM and NETFILTER sockets, which a kernel without
+// xfrm_user (many OpenWrt images) refuses with "protocol not supported".
+func openLinkHandle(netns int) (*netlink.Handle, error) {
+	var (
+		h   *netlink.Handle
+		err error
+	)
+	if netns != 0 {
+		h, err = netlink.NewHandleAt(nsHandle(netns), unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to open link netlink: %w", err)
+	}
+	return h, nil
 }
 
 // Setup creates the shaping cfg describes. On any failure it removes what it
@@ -443,14 +458,9 @@ func IsPermission(err error) bool {
 // Counters reads an interface's 64-bit byte counters (received and sent)
 // in the given namespace (0: the current one).
 func Counters(iface string, netns int) (rxBytes, txBytes uint64, err error) {
-	var h *netlink.Handle
-	if netns != 0 {
-		h, err = netlink.NewHandleAt(nsHandle(netns))
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := openLinkHandle(netns)
 	if err != nil {
-		return 0, 0, fmt.Errorf("failed to open link netlink: %w", err)
+		return 0, 0, err
 	}
 	defer h.Close()
 	return linkCounters(h, iface)

@@ -13,8 +13,10 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/internal/kerneltest"
 )
 
 // wanNS creates a network namespace holding a veth "wan0" (its peer "lan0"
@@ -210,5 +212,52 @@ func TestCounters(t *testing.T) {
 	}
 	if _, _, err := actuator.Counters("nosuch0", int(h)); err == nil || !strings.Contains(err.Error(), "nosuch0") {
 		t.Errorf("Counters(nosuch0) = %v, want an error naming it", err)
+	}
+}
+
+// TestWithoutXFRM runs Setup, Attach and Counters on a kernel without
+// xfrm_user (the UML runner's; OpenWrt images without IPsec), where a
+// netlink handle opened for every family fails with "protocol not
+// supported": the actuator must ask for NETLINK_ROUTE alone. Elsewhere it
+// checks only that the calls work.
+func TestWithoutXFRM(t *testing.T) {
+	ns, h := wanNS(t)
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_XFRM)
+	switch {
+	case err == nil:
+		unix.Close(fd)
+		if kerneltest.RealKernel() {
+			t.Fatalf("this kernel has NETLINK_XFRM (xfrm_user is loaded): with %s=1 the kernel must lack it, so that this case is tested", kerneltest.EnvRealKernel)
+		}
+		t.Log("this kernel has xfrm_user: the calls are checked, the case without it is not")
+	case !errors.Is(err, unix.EPROTONOSUPPORT):
+		t.Fatalf("opening a NETLINK_XFRM socket: %v, want success or EPROTONOSUPPORT", err)
+	}
+
+	l, err := actuator.Setup(actuator.SetupConfig{Iface: "wan0", Backend: actuator.HTB, Up: 2e6, Down: 3e6, NetNS: int(h)})
+	if err != nil {
+		t.Fatalf("Setup() failed: %v", err)
+	}
+	if _, _, err := actuator.Counters("wan0", int(h)); err != nil {
+		t.Errorf("Counters() failed: %v", err)
+	}
+	a, err := actuator.Attach("wan0", "", int(h))
+	if err != nil {
+		t.Fatalf("Attach() failed: %v", err)
+	}
+	if _, err := a.Up().SetRate(context.Background(), 1e6); err != nil {
+		t.Errorf("SetRate() on the attached link failed: %v", err)
+	}
+	if _, err := a.Down().Stats(context.Background()); err != nil {
+		t.Errorf("Stats() on the attached link failed: %v", err)
+	}
+	if err := a.Remove(); err != nil {
+		t.Errorf("Remove() after Attach failed: %v", err)
+	}
+	if got := tcCmd(t, ns, "class", "show", "dev", "wan0"); !strings.Contains(got, "rate 1Mbit") {
+		t.Errorf("upload class = %q, want rate 1Mbit", got)
+	}
+	if err := l.Remove(); err != nil {
+		t.Errorf("Remove() failed: %v", err)
 	}
 }
