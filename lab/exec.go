@@ -113,7 +113,7 @@ func startExec(top *Topology, cfg RunConfig, command string) (_ schemeRunner, er
 			es.link.Remove()
 		}
 	}()
-	reader, err := openHTBReader(top.Rtr)
+	reader, err := openShaperReader(top.Rtr)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (es *execScheme) logTail() string { return fileTail(filepath.Join(es.dir, "
 // poll reads both shapers' rates every ExecRatePoll until ctx ends, keeping
 // those that changed. A read that fails (the command may be rebuilding the
 // shaping) is skipped.
-func (es *execScheme) poll(ctx context.Context, reader *htbReader) {
+func (es *execScheme) poll(ctx context.Context, reader *shaperReader) {
 	defer close(es.pollDone)
 	defer reader.close()
 	devs := [2]string{estimator.Down: actuator.DefaultIFB(RtrWAN), estimator.Up: RtrWAN}

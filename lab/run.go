@@ -29,7 +29,8 @@ import (
 // A Scheme is what shapes rtr's WAN during a run.
 type Scheme struct {
 	// Name is the scheme's name in results: unshaped, static:FRACTION,
-	// autoshape, classic or exec.
+	// autoshape, classic, autorate (CAKE's autorate-ingress alone on the
+	// download) or exec.
 	Name string
 	// Fraction of the nominal rate, for static:FRACTION.
 	Fraction float64
@@ -43,8 +44,8 @@ type Scheme struct {
 	Command string
 }
 
-// ParseScheme reads unshaped, static:FRACTION, autoshape[:CONFIG], classic
-// or exec:COMMAND.
+// ParseScheme reads unshaped, static:FRACTION, autoshape[:CONFIG], classic,
+// autorate or exec:COMMAND.
 func ParseScheme(s string) (Scheme, error) {
 	name, arg, hasArg := strings.Cut(s, ":")
 	switch name {
@@ -66,14 +67,24 @@ func ParseScheme(s string) (Scheme, error) {
 			return Scheme{}, fmt.Errorf("scheme %q: classic takes no argument (for a configuration of your own, set policy = \"classic\" in it and use autoshape:CONFIG)", s)
 		}
 		return Scheme{Name: "classic", Policy: "classic"}, nil
+	case "autorate":
+		if hasArg {
+			return Scheme{}, fmt.Errorf("scheme %q: autorate takes no argument", s)
+		}
+		return Scheme{Name: s, Command: autorateCommand}, nil
 	case "exec":
 		if strings.TrimSpace(arg) == "" {
 			return Scheme{}, fmt.Errorf("scheme %q: want exec:COMMAND with a shell command", s)
 		}
 		return Scheme{Name: "exec", Command: arg}, nil
 	}
-	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION, autoshape[:CONFIG], classic or exec:COMMAND", s)
+	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION, autoshape[:CONFIG], classic, autorate or exec:COMMAND", s)
 }
+
+// autorateCommand is the autorate scheme: CAKE's autorate-ingress alone on
+// the download, turned on over the exec scheme's CAKE shaping at the base
+// rates, as a user would by hand.
+const autorateCommand = `tc qdisc change dev "$` + EnvDownIface + `" root cake autorate-ingress && exec sleep 1000000`
 
 // NeedsAutoshape reports whether the scheme runs the autoshape daemon (and
 // so needs RunConfig.Autoshape).
@@ -96,6 +107,10 @@ type RunConfig struct {
 	Autoshape string
 	// Warmup is how long the scheme runs before the load starts (default 3 s).
 	Warmup time.Duration
+	// Backend is the router's shaper for every shaped scheme (default HTB).
+	Backend actuator.Backend
+	// RTT is the base round trip the topology was given (Topology.SetRTT).
+	RTT time.Duration
 }
 
 // Run runs one scheme on the built topology: bottlenecks following the
@@ -174,6 +189,15 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 		}
 	}
 
+	// CAKE's capacity estimate on the download shaper, as the kernel
+	// reports it.
+	var cakeReader *shaperReader
+	if cfg.Backend == actuator.CAKE && scheme.Name != "unshaped" && loads[estimator.Down] != nil {
+		if cakeReader, err = openShaperReader(top.Rtr); err != nil {
+			return nil, err
+		}
+		defer cakeReader.close()
+	}
 	var series [2]sim.Series
 	var received [2]int64
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -201,6 +225,15 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 				ms := int64(math.Round(t*1000)) - 100
 				s.Capacity = append(s.Capacity, round3(cfg.Capacity[d].RateAt(max(ms, 0), 100)/1e6))
 				received[d] = n
+				if d == estimator.Down && cakeReader != nil {
+					// A failed read (the scheme rebuilding its shaping)
+					// holds the last value.
+					est, err := cakeReader.estimate()
+					if err != nil && len(s.CapacityEstimate) > 0 {
+						est = uint64(s.CapacityEstimate[len(s.CapacityEstimate)-1] * 1e6)
+					}
+					s.CapacityEstimate = append(s.CapacityEstimate, round3(float64(est)/1e6))
+				}
 			}
 			if now.After(end) {
 				cancel()
@@ -360,6 +393,11 @@ func startScheme(top *Topology, cfg RunConfig, s Scheme) (schemeRunner, error) {
 		return startStatic(top, cfg, s.Fraction)
 	case s.Name == "exec":
 		return startExec(top, cfg, s.Command)
+	case s.Name == "autorate":
+		if backendOr(cfg.Backend) != actuator.CAKE {
+			return nil, errors.New("the autorate scheme needs the CAKE backend (linklab run --kernel uml)")
+		}
+		return startExec(top, cfg, s.Command)
 	default:
 		return startDaemon(top, cfg, s)
 	}
@@ -436,7 +474,7 @@ func setupShaping(top *Topology, cfg RunConfig, rates [2]float64) (*actuator.Lin
 	if cfg.Bottleneck.ATM {
 		framing.LinkLayer = actuator.ATM
 	}
-	return actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: actuator.HTB, NetNS: int(h),
+	return actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: backendOr(cfg.Backend), NetNS: int(h),
 		Down: uint64(rates[estimator.Down]), Up: uint64(rates[estimator.Up]), Framing: framing})
 }
 
@@ -470,8 +508,8 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string
 		refl = append(refl, strconv.Quote(a.String()))
 	}
 	text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
-		"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = \"htb\"\nbudget = %q\n",
-		filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, cfg.Budget.String())
+		"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = %q\nbudget = %q\n",
+		filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, backendOr(cfg.Backend), cfg.Budget.String())
 	if policy != "" {
 		text += fmt.Sprintf("policy = %q\n", policy)
 	}
@@ -491,6 +529,14 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string
 	}
 	text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = %d\n", strings.Join(refl, ", "), Reflectors, estimator.DefaultPoolRate)
 	return conf, bases, os.WriteFile(conf, []byte(text), 0o644)
+}
+
+// backendOr is b, or HTB when empty.
+func backendOr(b actuator.Backend) actuator.Backend {
+	if b == "" {
+		return actuator.HTB
+	}
+	return b
 }
 
 // daemonScheme is the autoshape daemon running in rtr.
@@ -658,4 +704,27 @@ func (ds *daemonScheme) changes(d estimator.Direction) int {
 		}
 	}
 	return n
+}
+
+// EstimateError is the median absolute difference, in Mbit/s, between two
+// results' CAKE capacity-estimate series (the kernel's in the lab, the
+// model's in the simulator), over the 100 ms intervals both have; ok is
+// false when either has none.
+func EstimateError(a, b sim.Result) (mae float64, ok bool) {
+	if a.Series == nil || b.Series == nil {
+		return 0, false
+	}
+	n := min(len(a.Series.CapacityEstimate), len(b.Series.CapacityEstimate))
+	if n == 0 {
+		return 0, false
+	}
+	diffs := make([]float64, n)
+	for i := range n {
+		diffs[i] = math.Abs(a.Series.CapacityEstimate[i] - b.Series.CapacityEstimate[i])
+	}
+	slices.Sort(diffs)
+	if n%2 == 1 {
+		return diffs[n/2], true
+	}
+	return (diffs[n/2-1] + diffs[n/2]) / 2, true
 }

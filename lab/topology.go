@@ -46,6 +46,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // DefaultPrefix starts the names of the lab's namespaces.
@@ -212,6 +213,46 @@ func run(name string, args ...string) error {
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// srvDelayIFB is the IFB in srv that carries its ingress through netem.
+const srvDelayIFB = "dly0"
+
+// netemLimit is netem's queue in packets: the delay's packets in flight at
+// 1 Gbit/s and 100 ms, so that netem itself never drops.
+const netemLimit = 10000
+
+// SetRTT gives the path between rtr and srv a base round trip with netem,
+// half each way: on srv's egress for the download, and for the upload on an
+// IFB that takes srv's ingress. Both sit on srv's side of the bottlenecks,
+// as the internet's delay sits beyond an access line, and every packet
+// between rtr or cli and srv (the load, the reflectors' answers, the
+// independent probe) crosses them. The host kernel has no netem: this needs
+// the User-mode Linux kernel (linklab run --kernel uml).
+func (t *Topology) SetRTT(rtt time.Duration) error {
+	if rtt <= 0 {
+		return nil
+	}
+	half := fmt.Sprintf("%dus", (rtt / 2).Microseconds())
+	limit := fmt.Sprint(netemLimit)
+	steps := [][]string{
+		{"tc", "-n", t.Srv, "qdisc", "replace", "dev", SrvNet, "root", "netem", "delay", half, "limit", limit},
+		{"ip", "-n", t.Srv, "link", "add", srvDelayIFB, "type", "ifb"},
+		{"ip", "-n", t.Srv, "link", "set", "dev", srvDelayIFB, "up"},
+		{"tc", "-n", t.Srv, "qdisc", "replace", "dev", srvDelayIFB, "root", "netem", "delay", half, "limit", limit},
+		{"tc", "-n", t.Srv, "qdisc", "add", "dev", SrvNet, "handle", "ffff:", "ingress"},
+		{"tc", "-n", t.Srv, "filter", "add", "dev", SrvNet, "parent", "ffff:", "matchall",
+			"action", "mirred", "egress", "redirect", "dev", srvDelayIFB},
+	}
+	for _, s := range steps {
+		if err := run(s[0], s[1:]...); err != nil {
+			if strings.Contains(err.Error(), "netem") || strings.Contains(err.Error(), "Unknown qdisc") {
+				return fmt.Errorf("a base round trip needs netem, which this kernel lacks (use linklab run --kernel uml): %w", err)
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ schemes:
                       bounds derived from the capacities
   classic             the same daemon with policy = "classic" (cake-autorate's
                       documented default rules)
+  autorate            CAKE's autorate-ingress alone on the download (CAKE
+                      backend): the exec scheme running
+                      tc qdisc change dev $LINKLAB_DOWN_IFACE root cake autorate-ingress
   exec:COMMAND        any other controller: HTB set up as for static at the
                       daemon's base rates, then sh -c COMMAND in rtr with
       LINKLAB_DOWN_IFACE   the download shaper's interface (the IFB)
@@ -123,13 +126,15 @@ type scenario struct {
 	down, up   string // capacities: schedules, trace files or embedded traces
 	bottleneck lab.BottleneckOptions
 	duration   time.Duration
+	// rtt is the path's base round trip where the kernel has netem.
+	rtt time.Duration
 }
 
 var scenarios = map[string]scenario{
 	// ADSL2+ as in the classic manual sweep: ATM cells, 44 bytes of overhead.
-	"dsl":  {down: "17613kbit", up: "2604kbit", bottleneck: lab.BottleneckOptions{ATM: true, Overhead: 44}, duration: 60 * time.Second},
-	"step": {down: "40mbit@0s,10mbit@30s,40mbit@60s", duration: 90 * time.Second},
-	"lte":  {down: sim.EmbeddedDownName, up: sim.EmbeddedUpName, duration: 120 * time.Second},
+	"dsl":  {down: "17613kbit", up: "2604kbit", bottleneck: lab.BottleneckOptions{ATM: true, Overhead: 44}, duration: 60 * time.Second, rtt: 20 * time.Millisecond},
+	"step": {down: "40mbit@0s,10mbit@30s,40mbit@60s", duration: 90 * time.Second, rtt: 20 * time.Millisecond},
+	"lte":  {down: sim.EmbeddedDownName, up: sim.EmbeddedUpName, duration: 120 * time.Second, rtt: 50 * time.Millisecond},
 }
 
 // Report is `linklab run --json`: the shape of `autoshape simulate --json`.
@@ -138,6 +143,11 @@ type Report struct {
 	TraceUp   string       `json:"trace_up"`
 	DurationS float64      `json:"duration_s"`
 	BudgetMs  float64      `json:"budget_ms"`
+	// Kernel is where the lab ran (host or uml), Backend the router's
+	// shaper, RTTMs the path's base round trip that netem added.
+	Kernel  string  `json:"kernel,omitempty"`
+	Backend string  `json:"backend,omitempty"`
+	RTTMs   float64 `json:"rtt_ms"`
 	Seed      uint64       `json:"seed"`
 	Results   []sim.Result `json:"results"`
 	// Sim holds the simulator's results on the same line (--sim).
@@ -213,7 +223,7 @@ func needRoot() error {
 // openLab builds the lab under its prefix, once root is checked, with a
 // context that ends on SIGINT or SIGTERM; closeLab removes the lab and stops
 // catching the signals.
-func openLab() (ctx context.Context, top *lab.Topology, closeLab func(), err error) {
+func openLab(rtt time.Duration) (ctx context.Context, top *lab.Topology, closeLab func(), err error) {
 	pfx, err := prefix()
 	if err != nil {
 		return nil, nil, nil, err
@@ -223,6 +233,11 @@ func openLab() (ctx context.Context, top *lab.Topology, closeLab func(), err err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	if top, err = lab.Build(pfx); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	if err := top.SetRTT(rtt); err != nil {
+		top.Close()
 		stop()
 		return nil, nil, nil, err
 	}
@@ -241,12 +256,38 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
 	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
 	withSim := fs.Bool("sim", false, "also run the simulator on the same line and schemes, with the lab's round trip, and print them side by side")
+	kernel := fs.String("kernel", kernelHost, "host (HTB, no netem) or uml: inside the User-mode Linux kernel, with CAKE and netem")
+	backendName := fs.String("backend", "", "the router's shaper, cake or htb (default: cake with --kernel uml, else htb)")
+	rtt := fs.Duration("rtt", -1, "the path's base round trip, added with netem (default: the scenario's with --kernel uml: step and dsl 20ms, lte 50ms; 0 on the host)")
 	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if err := checkKernel(*kernel); err != nil {
 		return err
 	}
 	sc, caps, err := lf.line()
 	if err != nil {
 		return err
+	}
+	if *kernel == kernelUML {
+		// Checked here, run inside.
+		if _, err := lineBackend(*backendName, true); err != nil {
+			return err
+		}
+		return inUML("run", args, stdout, stderr)
+	}
+	// Inside the User-mode Linux kernel, linklab runs with --kernel host
+	// (dropped) and finds CAKE: the defaults follow the kernel.
+	insideUML := umlInside()
+	backend, err := lineBackend(*backendName, insideUML)
+	if err != nil {
+		return err
+	}
+	if *rtt < 0 {
+		*rtt = 0
+		if insideUML {
+			*rtt = sc.rtt
+		}
 	}
 	budget := lf.budget
 	if *duration > 0 {
@@ -266,7 +307,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		parsed = append(parsed, p)
 	}
-	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck}
+	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck,
+		Backend: backend, RTT: *rtt}
 	for _, s := range parsed {
 		if s.NeedsAutoshape() {
 			bin, err := findAutoshape(*autoshape)
@@ -276,12 +318,16 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			cfg.Autoshape = bin
 		}
 	}
-	ctx, top, closeLab, err := openLab()
+	ctx, top, closeLab, err := openLab(*rtt)
 	if err != nil {
 		return err
 	}
 	defer closeLab()
-	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6}
+	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6,
+		Kernel: kernelHost, Backend: string(backend), RTTMs: float64(*rtt) / 1e6}
+	if insideUML {
+		rep.Kernel = kernelUML
+	}
 	for _, s := range parsed {
 		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *lf.name, sc.duration)
 		rs, err := lab.Run(ctx, top, cfg, s)
@@ -311,9 +357,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// labRTT is the round trip the simulator gets when it runs beside the lab:
-// the lab's veths add no delay (this kernel has no netem), so its round trip
-// is the queues' alone.
+// labRTT is the round trip the simulator gets when it runs beside the lab
+// without netem: the lab's veths add no delay, so its round trip is the
+// queues' alone.
 const labRTT = 2 * time.Millisecond
 
 // simulate runs the simulator on the lab's line with the schemes it knows
@@ -324,7 +370,7 @@ func simulate(caps [2]*sim.Trace, cfg lab.RunConfig, schemes []lab.Scheme) ([]si
 	for _, s := range schemes {
 		var ss sim.Scheme
 		switch {
-		case s.Name == "unshaped" || s.Name == "autoshape" && s.Config == "" || s.Name == "classic":
+		case s.Name == "unshaped" || s.Name == "autoshape" && s.Config == "" || s.Name == "classic" || s.Name == sim.AutorateName:
 			name := s.Name
 			std, err := sim.Schemes([]string{name}, policies.BudgetConfig{Budget: cfg.Budget}, policies.DefaultClassicConfig())
 			if err != nil {
@@ -341,7 +387,7 @@ func simulate(caps [2]*sim.Trace, cfg lab.RunConfig, schemes []lab.Scheme) ([]si
 		}
 		ss.Name = s.Name
 		rs, err := sim.Run(sim.Config{Down: caps[estimator.Down], Up: caps[estimator.Up], Duration: cfg.Duration,
-			Budget: cfg.Budget, Flows: cfg.Streams, BaseRTT: labRTT, Seed: 1}, ss)
+			Budget: cfg.Budget, Flows: cfg.Streams, BaseRTT: max(cfg.RTT, labRTT), Seed: 1, Series: true}, ss)
 		if err != nil {
 			return nil, fmt.Errorf("simulating %s: %w", s.Name, err)
 		}
@@ -370,6 +416,17 @@ func writeSideBySide(w io.Writer, rep Report) {
 			seconds(r.ReactionS), seconds(m.ReactionS))
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		for _, m := range rep.Sim {
+			if m.Scheme != r.Scheme || m.Direction != r.Direction {
+				continue
+			}
+			if mae, ok := lab.EstimateError(r, m); ok {
+				fmt.Fprintf(w, "%s %s: CAKE's capacity estimate, simulator against kernel: median absolute difference %.2f Mbit/s, %.1f %% of the mean capacity\n",
+					r.Scheme, r.Direction, mae, 100*mae/r.CapacityMbps)
+			}
+		}
+	}
 }
 
 func seconds(v *float64) string {
@@ -453,7 +510,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	ctx, top, closeLab, err := openLab()
+	ctx, top, closeLab, err := openLab(0)
 	if err != nil {
 		return err
 	}

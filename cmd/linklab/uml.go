@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/lab/uml"
 )
 
@@ -128,4 +129,37 @@ func umlCmd(args []string, stdout, stderr io.Writer) error {
 		return exitCode(code)
 	}
 	return nil
+}
+
+// umlInside reports whether this process runs inside the User-mode Linux
+// kernel (which names its machine "um").
+func umlInside() bool {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return false
+	}
+	var b []byte
+	for _, c := range u.Machine {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b) == "um"
+}
+
+// lineBackend reads --backend: by default CAKE where the kernel has it (the
+// User-mode Linux kernel), else HTB.
+func lineBackend(name string, cake bool) (actuator.Backend, error) {
+	if name == "" {
+		if cake {
+			return actuator.CAKE, nil
+		}
+		return actuator.HTB, nil
+	}
+	b, err := actuator.ParseBackend(name)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--backend: %w", err)}
+	}
+	return b, nil
 }

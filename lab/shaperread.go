@@ -1,0 +1,118 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/florianl/go-tc"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/autoshape/autoshape/actuator"
+)
+
+// A shaperReader reads rtr's shaping over netlink (polling through tc would
+// cost an exec every time): the rate of the root CAKE qdisc, or of the HTB
+// class directly under the root HTB qdisc, whoever created them; and CAKE's
+// statistics through autoshape's own decoder (an attached actuator.Link,
+// which only reads here).
+type shaperReader struct {
+	ns   int
+	tc   *tc.Tc
+	nl   *netlink.Handle
+	link *actuator.Link // attached on the first estimate
+}
+
+// openShaperReader connects to traffic control and link netlink in the
+// namespace ns.
+func openShaperReader(ns string) (*shaperReader, error) {
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	conn, err := tc.Open(&tc.Config{NetNS: int(h)})
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("failed to open traffic control netlink in %s: %w", ns, err)
+	}
+	nl, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		conn.Close()
+		return nil, fmt.Errorf("failed to open link netlink in %s: %w", ns, err)
+	}
+	return &shaperReader{ns: int(h), tc: conn, nl: nl}, nil
+}
+
+// rate returns the shaper's rate on dev in bit/s: the bytes/s the kernel
+// holds, times 8 (the lab's framings are Ethernet and ATM, whose rates
+// autoshape's actuator writes as bit/s ÷ 8).
+func (r *shaperReader) rate(dev string) (uint64, error) {
+	link, err := r.nl.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("interface %q: %w", dev, err)
+	}
+	idx := uint32(link.Attrs().Index)
+	qs, err := r.tc.Qdisc().Get()
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the qdiscs: %w", err)
+	}
+	var root *tc.Object
+	for i := range qs {
+		if qs[i].Ifindex == idx && qs[i].Parent == tc.HandleRoot {
+			root = &qs[i]
+		}
+	}
+	switch {
+	case root == nil:
+		return 0, fmt.Errorf("%q has no root qdisc", dev)
+	case root.Kind == "cake" && root.Cake != nil && root.Cake.BaseRate != nil:
+		return *root.Cake.BaseRate * 8, nil
+	case root.Kind != "htb":
+		return 0, fmt.Errorf("%q's root qdisc is %s, not cake or htb", dev, root.Kind)
+	}
+	classes, err := r.tc.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: idx})
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the classes of %q: %w", dev, err)
+	}
+	for _, c := range classes {
+		if c.Parent != root.Handle || c.Kind != "htb" || c.Htb == nil || c.Htb.Parms == nil {
+			continue
+		}
+		if c.Htb.Rate64 != nil {
+			return *c.Htb.Rate64 * 8, nil
+		}
+		return uint64(c.Htb.Parms.Rate.Rate) * 8, nil
+	}
+	return 0, fmt.Errorf("%q has no HTB class under its root", dev)
+}
+
+// estimate returns CAKE's capacity estimate on rtr's download shaper (the
+// IFB) in bit/s, 0 when its root is not CAKE.
+func (r *shaperReader) estimate() (uint64, error) {
+	if r.link == nil {
+		l, err := actuator.Attach(RtrWAN, "", r.ns)
+		if err != nil {
+			return 0, err
+		}
+		r.link = l
+	}
+	st, err := r.link.Down().Stats(context.Background())
+	if err != nil {
+		// The scheme may be rebuilding its shaping: attach again next time.
+		r.link.Close()
+		r.link = nil
+		return 0, err
+	}
+	return st.CapacityEstimate, nil
+}
+
+func (r *shaperReader) close() error {
+	if r.link != nil {
+		r.link.Close()
+	}
+	r.nl.Close()
+	unix.Close(r.ns)
+	return r.tc.Close()
+}
