@@ -5,15 +5,16 @@ package sim
 // interval (rising fast, falling slowly); a packet arriving after a gap longer
 // than that average closes a "train", whose rate over the train and gap feeds
 // an average that rises fast (1/4) and falls slowly (1/256). CAKE would then
-// set its own rate to 15/16 of that average; here the controller reads the
-// average (the kernel's CAPACITY_ESTIMATE statistic) and keeps the rate its
-// own.
+// set its own rate to 15/16 of that average (Scheme.AutorateIngress); with
+// a controller, the controller reads the average (the kernel's
+// CAPACITY_ESTIMATE statistic) and keeps the rate its own.
 type cakeEstimator struct {
 	lastPacket  float64 // ms
 	avgInterval float64 // ms
 	windowBegin float64 // ms
 	windowBytes float64
 	peak        float64 // bytes per second
+	trains      int     // trains closed so far
 }
 
 // ewma is cake_ewma: avg moves by 1/2^shift of the way to sample.
@@ -42,6 +43,7 @@ func (c *cakeEstimator) packet(t, n float64) {
 				shift = 2
 			}
 			c.peak = ewma(c.peak, b, shift)
+			c.trains++
 		}
 		c.windowBytes = 0
 		c.windowBegin = t

@@ -12,12 +12,17 @@ import (
 // SchemeNames lists the standard schemes in table order.
 var SchemeNames = []string{"autoshape", "classic", "static90", "unshaped", "oracle"}
 
+// AutorateName is the scheme of CAKE's autorate-ingress alone
+// (Scheme.AutorateIngress), known to Schemes but not in the standard table.
+const AutorateName = "autorate"
+
 // Schemes returns the named standard schemes:
 //   - autoshape: the controller with the budget policy;
 //   - classic: the controller with cake-autorate's default rules;
 //   - static90: a fixed shaper at 90 % of the trace's mean capacity;
 //   - unshaped: no shaper at all;
-//   - oracle: a shaper at 95 % of the capacity of the coming 50 ms.
+//   - oracle: a shaper at 95 % of the capacity of the coming 50 ms;
+//   - autorate: CAKE's autorate-ingress alone (AutorateName).
 func Schemes(names []string, budget policies.BudgetConfig, classic policies.ClassicConfig) ([]Scheme, error) {
 	if err := budget.Validate(); err != nil {
 		return nil, err
@@ -44,8 +49,10 @@ func Schemes(names []string, budget policies.BudgetConfig, classic policies.Clas
 			out = append(out, Scheme{Name: n})
 		case "oracle":
 			out = append(out, Scheme{Name: n, Oracle: &Oracle{Fraction: 0.95, Window: 50 * time.Millisecond}})
+		case AutorateName:
+			out = append(out, Scheme{Name: n, AutorateIngress: true})
 		default:
-			return nil, fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(SchemeNames, ", "))
+			return nil, fmt.Errorf("unknown policy %q (known: %s, %s)", n, strings.Join(SchemeNames, ", "), AutorateName)
 		}
 	}
 	return out, nil

@@ -171,6 +171,11 @@ type Scheme struct {
 	// Oracle, when set, runs no controller: the simulator sets the shaper
 	// from its own knowledge of the link.
 	Oracle *Oracle
+	// AutorateIngress runs no controller: CAKE's autorate-ingress alone.
+	// The download shaper starts at the base rate and, as sch_cake.c does,
+	// sets itself to 15/16 of its capacity estimate whenever a packet train
+	// ends; the upload stays at its base rate.
+	AutorateIngress bool
 	// Controller tunes the controller; its Directions are filled in by Run.
 	Controller controller.Config
 	// Estimator tunes the estimator; Budget is taken from the run when zero.
@@ -350,6 +355,16 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			return nil, err
 		}
 	}
+	if scheme.AutorateIngress {
+		for _, d := range estimator.Directions {
+			if traces[d] == nil {
+				continue
+			}
+			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
+			m.paths[d].setRate(bounds[d].Base)
+			m.paths[d].cake.peak = bounds[d].Base / 8
+		}
+	}
 
 	refl := m.reflectors()
 	probeEvery := 1000 / cfg.ProbeRate
@@ -378,6 +393,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 	}
 	var rateSum [2]float64
 	var queues [2][]int64 // the oracle's view of the bottleneck's queue
+	var trains int        // packet trains CAKE's estimator has closed
 	var rateN [2]int
 	changes := [2]int{}
 	ctx := context.Background()
@@ -404,6 +420,10 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		down, up := m.paths[estimator.Down], m.paths[estimator.Up]
 		down.step(now, up.wait+up.sparseWait())
 		up.step(now, down.wait+down.sparseWait()+down.empty)
+		if scheme.AutorateIngress && traces[estimator.Down] != nil && down.cake.trains != trains {
+			trains = down.cake.trains
+			down.setRate(down.cake.bps() * 15 / 16)
+		}
 
 		// The controller's probes.
 		if float64(now) >= nextProbe && !idle() && ctrl != nil {
@@ -501,7 +521,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		}
 		r.Series = series[d]
 		ScoreDelays(&r, scores[d], scoreEvery*time.Millisecond, traces[d], cfg.Budget, cfg.Duration,
-			scheme.Policy != nil || scheme.Oracle != nil)
+			scheme.Policy != nil || scheme.Oracle != nil || scheme.AutorateIngress)
 		out = append(out, roundResult(r))
 	}
 	return out, nil
