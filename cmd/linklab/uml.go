@@ -131,21 +131,11 @@ func umlCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// umlInside reports whether this process runs inside the User-mode Linux
-// kernel (which names its machine "um").
+// umlInside reports whether this process runs inside a User-mode Linux
+// kernel: its one CPU says so in /proc/cpuinfo.
 func umlInside() bool {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return false
-	}
-	var b []byte
-	for _, c := range u.Machine {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b) == "um"
+	b, err := os.ReadFile("/proc/cpuinfo")
+	return err == nil && strings.Contains(string(b), "User Mode Linux")
 }
 
 // lineBackend reads --backend: by default CAKE where the kernel has it (the
