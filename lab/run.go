@@ -136,6 +136,7 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 		if necks[d], err = NewBottleneck(top.ISP, devs[d], cfg.Capacity[d], cfg.Bottleneck); err != nil {
 			return nil, err
 		}
+		defer necks[d].Close()
 	}
 	defer func() {
 		for _, d := range estimator.Directions {

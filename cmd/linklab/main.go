@@ -527,6 +527,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		defer b.Close()
 		go b.Follow(ctx, start)
 		line := cfg.Capacity[d].MeanRate(cfg.Capacity[d].DefaultDuration())
 		sweepArgs = append(sweepArgs, "--line-rate-"+d.String(), fmt.Sprintf("%.0f", line))
