@@ -151,6 +151,8 @@ var (
 	}
 	extraColors   = []color.RGBA{{0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x17, 0xbe, 0xcf, 0xff}, {0xbc, 0xbd, 0x22, 0xff}}
 	capacityColor = color.RGBA{0x7f, 0x7f, 0x7f, 0xff}
+	// estimateColor draws CAKE's capacity estimate.
+	estimateColor = color.RGBA{0x00, 0x8b, 0x8b, 0xff}
 	// seriesColors tell apart series that are not schemes (reflectors).
 	seriesColors = []color.RGBA{
 		{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
@@ -262,8 +264,10 @@ func timeseriesFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 						addLine(rates, r.Scheme+" rate", xy(s.T, s.Rate), c, vg.Points(1.4), nil)
 					}
 					addLine(rates, r.Scheme+" goodput", xy(s.T, s.Goodput), c, vg.Points(0.8), []vg.Length{vg.Points(2), vg.Points(2)})
-					if len(s.CapacityEstimate) == len(s.T) && r.Scheme == "autoshape" {
-						addLine(rates, "CAKE estimate", xy(s.T, s.CapacityEstimate), c, vg.Points(0.8), []vg.Length{vg.Points(1), vg.Points(3)})
+					// CAKE's capacity estimate: the kernel's in the lab's
+					// report, the model's in the simulator's.
+					if len(s.CapacityEstimate) == len(s.T) && (r.Scheme == "autoshape" || r.Scheme == "autorate") {
+						addLine(rates, r.Scheme+" CAKE estimate", xy(s.T, s.CapacityEstimate), estimateColor, vg.Points(1.2), []vg.Length{vg.Points(1), vg.Points(2)})
 					}
 					addLine(delay, r.Scheme, xy(s.T, s.Delay), c, vg.Points(1), nil)
 					addPoints(delay, "", overBudget(s.T, s.Delay, in.report.BudgetMs), c, draw.CircleGlyph{})
@@ -296,7 +300,7 @@ func timeseriesFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 				}
 				addLine(rates, "shaper rate", rate, c, vg.Points(1.4), nil)
 				addLine(rates, "achieved", ach, colorFor("classic", 1), vg.Points(0.8), []vg.Length{vg.Points(2), vg.Points(2)})
-				addLine(rates, "CAKE estimate", est, capacityColor, vg.Points(0.8), []vg.Length{vg.Points(1), vg.Points(3)})
+				addLine(rates, "CAKE estimate", est, estimateColor, vg.Points(1.2), []vg.Length{vg.Points(1), vg.Points(2)})
 				addLine(delay, "delay at decisions", dl, c, vg.Points(1), nil)
 				addPoints(delay, "cuts for bloat", bloat, colorFor("unshaped", 3), draw.CrossGlyph{})
 			}

@@ -46,6 +46,7 @@ func TestPlotRenders(t *testing.T) {
 		{"decision file time series", []string{"--in", plotData + "decisions.jsonl"}, []color.RGBA{schemeColors["autoshape"], schemeColors["classic"]}},
 		{"decision file cdf per reflector", []string{"--in", plotData + "decisions.jsonl", "--kind", "cdf"}, []color.RGBA{seriesColors[0], seriesColors[1], seriesColors[2]}},
 		{"sweep", []string{"--in", plotData + "sweep.json"}, []color.RGBA{schemeColors["autoshape"], schemeColors["static90"], schemeColors["unshaped"]}},
+		{"lab report on CAKE with the estimate (synthetic)", []string{"--in", plotData + "lab-cake.json"}, []color.RGBA{estimateColor, capacityColor}},
 		{"two simulations overlaid", []string{"--in", plotData + "sim.json", "--in", plotData + "sim.json"}, []color.RGBA{schemeColors["autoshape"]}},
 	}
 	for _, tt := range tests {
