@@ -26,8 +26,13 @@ type Stats struct {
 	// Backlog is the number of bytes queued in the shaper.
 	Backlog uint64
 	// CapacityEstimate is CAKE's ingress capacity estimate in bit/s, 0 when
-	// the backend has none.
+	// the backend has none. The kernel updates it only while
+	// AutorateIngress is on; otherwise it keeps its last value (the rate
+	// CAKE was created with, if autorate-ingress was never on).
 	CapacityEstimate uint64
+	// AutorateIngress is CAKE's autorate-ingress: the estimate is live, and
+	// CAKE sets its own rate to 15/16 of it.
+	AutorateIngress bool
 	// Tins are CAKE's per-tin statistics, nil for other backends.
 	Tins []TinStats
 }

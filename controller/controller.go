@@ -276,7 +276,13 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 			offered += st.Drops * (st.Bytes / st.Packets)
 		}
 		c.est.AddOffered(d, now, st.Bytes, offered)
-		c.est.SetCapacityEstimate(d, float64(st.CapacityEstimate))
+		// CAKE's estimate means something only while autorate-ingress
+		// feeds it; otherwise it is a rate from the past.
+		estimate := 0.0
+		if st.AutorateIngress {
+			estimate = float64(st.CapacityEstimate)
+		}
+		c.est.SetCapacityEstimate(d, estimate)
 		c.est.SetBacklog(d, st.Backlog)
 	}
 	obs := c.est.Observe(now, c.rates)

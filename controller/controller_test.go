@@ -403,6 +403,26 @@ func TestDeadband(t *testing.T) {
 	}
 }
 
+// TestFrozenEstimateIgnored: CAKE's estimate without autorate-ingress is a
+// rate from the past (the kernel stopped feeding it when the rate was
+// taken over): the observation has none.
+func TestFrozenEstimateIgnored(t *testing.T) {
+	r := newRig(t, twoWay())
+	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 1000, Packets: 1, CapacityEstimate: 9_000_000})
+	r.sample()
+	r.tick()
+	if got := r.ctrl.Observation(estimator.Down).CapacityEstimate; got != 0 {
+		t.Errorf("capacity estimate %v from a CAKE without autorate-ingress, want none", got)
+	}
+	r.now = r.now.Add(step)
+	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 2000, Packets: 2, CapacityEstimate: 9_000_000, AutorateIngress: true})
+	r.sample()
+	r.tick()
+	if got := r.ctrl.Observation(estimator.Down).CapacityEstimate; got != 9e6 {
+		t.Errorf("capacity estimate %v with autorate-ingress, want 9e6", got)
+	}
+}
+
 func TestCountersMakeLoad(t *testing.T) {
 	r := newRig(t, twoWay())
 	r.sample()
@@ -415,7 +435,8 @@ func TestCountersMakeLoad(t *testing.T) {
 	// dropped 10 packets of its mean 1250 bytes and holds 12 500 bytes: 87 500
 	// bytes reached it, 7 Mbit/s offered.
 	r.now = r.now.Add(step)
-	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 62_500, Packets: 50, Drops: 10, Backlog: 12_500, CapacityEstimate: 9_000_000})
+	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 62_500, Packets: 50, Drops: 10, Backlog: 12_500,
+		CapacityEstimate: 9_000_000, AutorateIngress: true})
 	r.shapers[estimator.Up].SetStats(actuator.Stats{Bytes: 25_000})
 	r.sample()
 	r.tick()

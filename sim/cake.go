@@ -64,3 +64,8 @@ func (c *cakeEstimator) arrivals(now int64, start, end, perStep int64) {
 
 // bps returns the estimate in bit/s.
 func (c *cakeEstimator) bps() float64 { return c.peak * 8 }
+
+// stop is autorate-ingress turned off: the estimate keeps its value, and the
+// train in progress is forgotten (sch_cake.c clears the window's bytes with
+// every packet while the flag is off).
+func (c *cakeEstimator) stop() { c.windowBytes = 0 }

@@ -114,6 +114,11 @@ type path struct {
 	drops     int64
 
 	cake cakeEstimator
+	// autorate is CAKE's autorate-ingress on the download shaper: on from
+	// the start, as autoshape's setup mode creates it, until a controller
+	// writes a rate (a bandwidth change with AUTORATE 0: the kernel then
+	// stops feeding its estimator, which keeps its last value).
+	autorate bool
 	// served bytes of the bottleneck (for packet departure times)
 	servedBytes int64
 
@@ -321,7 +326,7 @@ func (p *path) serveBottleneck(now int64, back float64) {
 			p.bq.pop()
 		}
 	}
-	if p.dir == estimator.Down && p.m.cfg.CapacityEstimate {
+	if p.dir == estimator.Down && p.m.cfg.CapacityEstimate && p.autorate {
 		p.cake.arrivals(now, start, p.servedBytes, perStep)
 	}
 }

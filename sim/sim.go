@@ -349,6 +349,7 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			shs[d] = shapers[d]
 			m.paths[d].setRate(bounds[d].Base)
 			m.paths[d].cake.peak = bounds[d].Base / 8
+			m.paths[d].autorate = true
 		}
 		ctrl, err = controller.New(cc, est, shs, pols, &probeSwitch{})
 		if err != nil {
@@ -361,8 +362,12 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 				continue
 			}
 			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
+			if b := cfg.Bounds[d]; b != nil {
+				bounds[d] = *b
+			}
 			m.paths[d].setRate(bounds[d].Base)
 			m.paths[d].cake.peak = bounds[d].Base / 8
+			m.paths[d].autorate = true
 		}
 	}
 
@@ -579,6 +584,12 @@ type simShaper struct{ p *path }
 
 func (s *simShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, error) {
 	ch := actuator.Change{Iface: s.p.dir.String(), Kind: "sim", From: uint64(s.p.rate), To: bps, Wrote: uint64(s.p.rate) != bps}
+	if ch.Wrote && s.p.autorate {
+		// The actuator's write takes the rate over from CAKE's
+		// autorate-ingress, which stops estimating.
+		s.p.autorate = false
+		s.p.cake.stop()
+	}
 	s.p.setRate(float64(bps))
 	return ch, nil
 }
@@ -589,6 +600,7 @@ func (s *simShaper) Stats(context.Context) (actuator.Stats, error) {
 		Drops: uint64(s.p.sqDrops) / PacketBytes, Backlog: uint64(s.p.sqBytes)}
 	if s.p.dir == estimator.Down && s.p.m.cfg.CapacityEstimate {
 		st.CapacityEstimate = uint64(s.p.cake.bps())
+		st.AutorateIngress = s.p.autorate
 	}
 	return st, nil
 }

@@ -298,3 +298,54 @@ func TestSortDelays(t *testing.T) {
 		})
 	}
 }
+
+// TestAutorateIngress: CAKE's autorate-ingress alone, starting above the
+// capacity. Its download rate is 15/16 of its estimate; the estimate falls
+// slowly (by 1/256 per packet train), so after a drop the bottleneck's
+// queue fills.
+func TestAutorateIngress(t *testing.T) {
+	link := mustSchedule(t, "20mbit@0s,5mbit@20s")
+	start := policies.Bounds{Min: 1e6, Base: 24e6, Max: 30e6}
+	cfg := sim.Config{Down: link, Duration: 40 * time.Second, Seed: 1, Series: true}
+	cfg.Bounds[0] = &start // estimator.Down
+	res := run(t, cfg, scheme(t, sim.AutorateName))
+	s := res[0].Series
+	at := func(sec float64) int { return int(sec*10) - 1 }
+	for _, sec := range []float64{10, 19, 30, 39} {
+		i := at(sec)
+		est, rate := s.CapacityEstimate[i], s.Rate[i]
+		if math.Abs(rate-est*15/16) > 0.02*est {
+			t.Errorf("at %v s: rate %.2f Mbit/s, want 15/16 of the estimate %.2f", sec, rate, est)
+		}
+	}
+	if e := slices.Max(s.CapacityEstimate); e > 24 {
+		t.Errorf("estimate up to %.2f Mbit/s, above the start, 24, on a link of 20", e)
+	}
+	if before, after := s.CapacityEstimate[at(19)], s.CapacityEstimate[at(25)]; after < 0.5*before {
+		t.Errorf("estimate 5 s after the drop %.2f Mbit/s, before it %.2f: want a slow fall", after, before)
+	}
+	if res[0].Delay.P95 < 100 {
+		t.Errorf("p95 added delay %.1f ms, want the bottleneck's queue", res[0].Delay.P95)
+	}
+}
+
+// TestControllerTakesTheRateOver: a controller's first write turns
+// autorate-ingress off, as a bandwidth change with AUTORATE 0 does in the
+// kernel: the estimate then keeps its value.
+func TestControllerTakesTheRateOver(t *testing.T) {
+	link := mustSchedule(t, "20mbit@0s,5mbit@10s")
+	res := run(t, sim.Config{Down: link, Duration: 20 * time.Second, Seed: 1, Series: true}, scheme(t, "autoshape"))
+	var s *sim.Series
+	for _, r := range res {
+		if r.Direction == "down" {
+			s = r.Series
+		}
+	}
+	if s == nil || len(s.CapacityEstimate) == 0 {
+		t.Fatal("no estimate series")
+	}
+	last := s.CapacityEstimate[len(s.CapacityEstimate)-1]
+	if n := len(s.CapacityEstimate); s.CapacityEstimate[n/2] != last || s.CapacityEstimate[n/4] != last {
+		t.Errorf("the estimate moved after the controller took the rate over: %v", s.CapacityEstimate)
+	}
+}
