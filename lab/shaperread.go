@@ -19,9 +19,21 @@ import (
 // which only reads here).
 type shaperReader struct {
 	ns   int
+	name string // the namespace's name
 	tc   *tc.Tc
 	nl   *netlink.Handle
-	link *actuator.Link // attached on the first estimate
+
+	// The estimate is read by a goroutine on a thread inside the
+	// namespace, through a Link attached there as in its own namespace:
+	// a read from outside would make (and throw away) an OS thread per
+	// read, which costs a few hundred ms inside User-mode Linux.
+	estReq  chan struct{}
+	estResp chan estimateReading
+}
+
+type estimateReading struct {
+	bps uint64
+	err error
 }
 
 // openShaperReader connects to traffic control and link netlink in the
@@ -42,7 +54,7 @@ func openShaperReader(ns string) (*shaperReader, error) {
 		conn.Close()
 		return nil, fmt.Errorf("failed to open link netlink in %s: %w", ns, err)
 	}
-	return &shaperReader{ns: int(h), tc: conn, nl: nl}, nil
+	return &shaperReader{ns: int(h), name: ns, tc: conn, nl: nl}, nil
 }
 
 // rate returns the shaper's rate on dev in bit/s: the bytes/s the kernel
@@ -89,28 +101,47 @@ func (r *shaperReader) rate(dev string) (uint64, error) {
 }
 
 // estimate returns CAKE's capacity estimate on rtr's download shaper (the
-// IFB) in bit/s, 0 when its root is not CAKE.
+// IFB) in bit/s.
 func (r *shaperReader) estimate() (uint64, error) {
-	if r.link == nil {
-		l, err := actuator.Attach(RtrWAN, "", r.ns)
-		if err != nil {
-			return 0, err
-		}
-		r.link = l
+	if r.estReq == nil {
+		r.estReq, r.estResp = make(chan struct{}), make(chan estimateReading)
+		go func() {
+			// InNS's thread stays in the namespace until the requests end.
+			_ = InNS(r.name, func() error {
+				var link *actuator.Link
+				defer func() {
+					if link != nil {
+						link.Close()
+					}
+				}()
+				for range r.estReq {
+					var got estimateReading
+					if link == nil {
+						link, got.err = actuator.Attach(RtrWAN, "", 0)
+					}
+					if got.err == nil {
+						var st actuator.Stats
+						if st, got.err = link.Down().Stats(context.Background()); got.err != nil {
+							// The scheme may be rebuilding its shaping.
+							link.Close()
+							link = nil
+						}
+						got.bps = st.CapacityEstimate
+					}
+					r.estResp <- got
+				}
+				return nil
+			})
+		}()
 	}
-	st, err := r.link.Down().Stats(context.Background())
-	if err != nil {
-		// The scheme may be rebuilding its shaping: attach again next time.
-		r.link.Close()
-		r.link = nil
-		return 0, err
-	}
-	return st.CapacityEstimate, nil
+	r.estReq <- struct{}{}
+	got := <-r.estResp
+	return got.bps, got.err
 }
 
 func (r *shaperReader) close() error {
-	if r.link != nil {
-		r.link.Close()
+	if r.estReq != nil {
+		close(r.estReq)
 	}
 	r.nl.Close()
 	unix.Close(r.ns)
