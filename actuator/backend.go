@@ -86,15 +86,20 @@ var (
 type backend interface {
 	// Kind is the root qdisc's kind: "cake" or "htb".
 	Kind() string
-	// Create builds the shaping on ifindex at bps bit/s. It fails when the
-	// interface already has a root qdisc other than the default one.
-	Create(ifindex uint32, bps uint64) error
+	// Create builds the shaping on ifindex at bps bit/s, with autoshape's
+	// root handle. It fails when the interface already has a root qdisc
+	// other than the default one, unless replace is set: then the new root
+	// takes that one's place.
+	Create(ifindex uint32, bps uint64, replace bool) error
 	// Rate reads the rate the kernel holds, in bit/s.
 	Rate(ifindex uint32) (uint64, error)
-	// SetRate changes only the rate and disturbs no other setting.
+	// SetRate changes only the rate and disturbs no other setting. It
+	// checks first that the root is the backend's qdisc, and changes
+	// nothing when it is not.
 	SetRate(ifindex uint32, bps uint64) error
 	// Stats reads the shaper's counters.
 	Stats(ifindex uint32) (Stats, error)
-	// Remove deletes the root qdisc and everything under it.
+	// Remove deletes the backend's root qdisc and everything under it; it
+	// deletes no other root.
 	Remove(ifindex uint32) error
 }

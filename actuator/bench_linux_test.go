@@ -13,7 +13,7 @@ func newBenchHTB(b *testing.B) (*htb, uint32) {
 	newTestVeth(b, testEnd{NS: name, Dev: "wan0"}, testEnd{NS: name, Dev: "isp0"})
 	ifindex := testIfindex(b, testNetlink(b, ns), "wan0")
 	h := newHTB(testTC(b, ns), Framing{LinkLayer: ATM, Overhead: 44})
-	if err := h.Create(ifindex, 20_000_000); err != nil {
+	if err := h.Create(ifindex, 20_000_000, false); err != nil {
 		b.Fatalf("Create: %v", err)
 	}
 	return h, ifindex

@@ -13,10 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cakeHandle is the handle autoshape gives the root cake qdisc it creates,
-// 1: (as in "tc qdisc add dev X root handle 1: cake").
-const cakeHandle = 0x10000
-
 // CAKE's link-layer modes (CAKE_ATM_*, include/uapi/linux/pkt_sched.h),
 // checked against what iproute2 sends for noatm, atm and ptm.
 const (
@@ -160,8 +156,9 @@ func cakeBool(b *bool) *uint32 {
 	return new(uint32(0))
 }
 
-// cakeCreate is the request that creates the root cake qdisc 1: on ifindex.
-func cakeCreate(ifindex uint32, bps uint64, f Framing, o CakeOptions) (*tc.Object, error) {
+// cakeCreate is the request that creates a root cake qdisc with the given
+// handle on ifindex.
+func cakeCreate(ifindex, handle uint32, bps uint64, f Framing, o CakeOptions) (*tc.Object, error) {
 	attrs, err := cakeAttrs(bps, f, o)
 	if err != nil {
 		return nil, err
@@ -170,7 +167,7 @@ func cakeCreate(ifindex uint32, bps uint64, f Framing, o CakeOptions) (*tc.Objec
 		Msg: tc.Msg{
 			Family:  unix.AF_UNSPEC,
 			Ifindex: ifindex,
-			Handle:  cakeHandle,
+			Handle:  handle,
 			Parent:  tc.HandleRoot,
 		},
 		Attribute: tc.Attribute{Kind: "cake", Cake: attrs},
@@ -178,12 +175,13 @@ func cakeCreate(ifindex uint32, bps uint64, f Framing, o CakeOptions) (*tc.Objec
 }
 
 // cakeRateChange is the request that changes only the rate of ifindex's
-// root cake qdisc: CAKE's change applies just the options present, so the
-// other settings stay. Handle 0 addresses the root qdisc whatever its handle
-// (one sqm-scripts created, say), as "tc qdisc change dev X root cake" does.
-// Unlike tc's change, it sends no AUTORATE 0, so that it leaves
-// autorate-ingress as it is.
-func cakeRateChange(ifindex uint32, bps uint64) (*tc.Object, error) {
+// root cake qdisc with the given handle: CAKE's change applies just the
+// options present, so the other settings stay. With the handle the kernel
+// itself checks that the root is still that cake qdisc; a request without
+// one, as "tc qdisc change dev X root cake" sends, makes it replace a root of
+// another kind with a new cake qdisc. Unlike tc's change, it sends no
+// AUTORATE 0, so that it leaves autorate-ingress as it is.
+func cakeRateChange(ifindex, handle uint32, bps uint64) (*tc.Object, error) {
 	if bps < 8 {
 		return nil, fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
 	}
@@ -191,6 +189,7 @@ func cakeRateChange(ifindex uint32, bps uint64) (*tc.Object, error) {
 		Msg: tc.Msg{
 			Family:  unix.AF_UNSPEC,
 			Ifindex: ifindex,
+			Handle:  handle,
 			Parent:  tc.HandleRoot,
 		},
 		Attribute: tc.Attribute{Kind: "cake", Cake: &tc.Cake{BaseRate: new(bps / 8)}},
@@ -199,7 +198,8 @@ func cakeRateChange(ifindex uint32, bps uint64) (*tc.Object, error) {
 
 // cake is the CAKE backend: a cake qdisc at the root of the interface,
 // written through go-tc; its statistics come from the project's own
-// RTM_GETQDISC dump, since go-tc decodes none.
+// RTM_GETQDISC dump, since go-tc decodes none. It works on the root with
+// its handle only, and leaves any other root alone.
 type cake struct {
 	// mu serialises the use of conn: go-tc sends a request and reads its
 	// answer in two steps, so concurrent calls could take each other's
@@ -208,6 +208,9 @@ type cake struct {
 	conn    *tc.Tc
 	framing Framing
 	opts    CakeOptions
+	// handle is the root qdisc's: OwnRootHandle for the one autoshape
+	// creates, that of someone else's in attach mode.
+	handle uint32
 	// netns is the network namespace (a file descriptor; 0: the calling
 	// thread's) in which the statistics are read; it must be the one conn
 	// was opened in.
@@ -223,22 +226,28 @@ func newCake(conn *tc.Tc, f Framing, o CakeOptions) *cake {
 	// An old kernel without extended acknowledgements still works, with
 	// terser errors.
 	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
-	return &cake{conn: conn, framing: f, opts: o}
+	return &cake{conn: conn, framing: f, opts: o, handle: OwnRootHandle}
 }
 
 // Kind returns "cake".
 func (c *cake) Kind() string { return "cake" }
 
-// Create builds the root cake qdisc 1: on ifindex at bps bit/s. A kernel
+// Create builds the root cake qdisc on ifindex at bps bit/s. It fails when
+// the interface has a root qdisc other than the kernel's default, unless
+// replace is set: then the new qdisc takes that one's place. A kernel
 // without CAKE gives an error wrapping ErrNotSupported.
-func (c *cake) Create(ifindex uint32, bps uint64) error {
+func (c *cake) Create(ifindex uint32, bps uint64, replace bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obj, err := cakeCreate(ifindex, bps, c.framing, c.opts)
+	obj, err := cakeCreate(ifindex, c.handle, bps, c.framing, c.opts)
 	if err != nil {
 		return fmt.Errorf("failed to create CAKE on ifindex %d: %w", ifindex, err)
 	}
-	err = c.conn.Qdisc().Add(obj)
+	if replace {
+		err = c.conn.Qdisc().Replace(obj)
+	} else {
+		err = c.conn.Qdisc().Add(obj)
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -253,8 +262,9 @@ func (c *cake) Create(ifindex uint32, bps uint64) error {
 	return fmt.Errorf("failed to create CAKE on ifindex %d: %w", ifindex, err)
 }
 
-// root returns ifindex's root qdisc, which must be cake; when it is another
-// kind, the error wraps ErrNoQdisc and the qdisc is returned with it.
+// root returns ifindex's root qdisc, which must be cake with the backend's
+// handle; when it is another, the error wraps ErrNoQdisc and names it, and
+// the qdisc is returned with it.
 func (c *cake) root(ifindex uint32) (tc.Object, error) {
 	objs, err := c.conn.Qdisc().Get()
 	if err != nil {
@@ -264,8 +274,9 @@ func (c *cake) root(ifindex uint32) (tc.Object, error) {
 		if o.Ifindex != ifindex || o.Parent != tc.HandleRoot {
 			continue
 		}
-		if o.Kind != "cake" {
-			return o, fmt.Errorf("root qdisc is %q: %w", o.Kind, ErrNoQdisc)
+		if o.Kind != "cake" || o.Handle != c.handle {
+			return o, fmt.Errorf("root qdisc is %q (%s), not the cake qdisc %s: %w",
+				o.Kind, handleString(o.Handle), handleString(c.handle), ErrNoQdisc)
 		}
 		return o, nil
 	}
@@ -287,24 +298,30 @@ func (c *cake) Rate(ifindex uint32) (uint64, error) {
 	return cakeBits(*o.Cake.BaseRate), nil
 }
 
-// SetRate changes only the rate of ifindex's root cake qdisc, to bps bit/s
-// rounded down to whole bytes/s. An interface whose root is not cake gives
-// an error wrapping ErrNoQdisc.
+// SetRate changes only the rate of the backend's root cake qdisc on
+// ifindex, to bps bit/s rounded down to whole bytes/s. An interface whose
+// root is another qdisc gives an error wrapping ErrNoQdisc, and the root is
+// left as it is.
 func (c *cake) SetRate(ifindex uint32, bps uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obj, err := cakeRateChange(ifindex, bps)
+	obj, err := cakeRateChange(ifindex, c.handle, bps)
 	if err != nil {
+		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	}
+	// The kernel checks the handle too, but reading first gives the error
+	// that names the root in the way.
+	if _, err := c.root(ifindex); err != nil {
 		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
 	}
 	err = c.conn.Qdisc().Change(obj)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL):
-		// ENOENT: the root is the default qdisc, there is nothing to
-		// change. EINVAL: the root is another kind (the rate itself is
-		// never invalid).
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL), errors.Is(err, unix.EEXIST):
+		// The root changed since it was read. ENOENT: it is the default
+		// qdisc now; EINVAL: another kind with the same handle; EEXIST:
+		// another handle (the rate itself is never invalid).
 		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w: %w", ifindex, ErrNoQdisc, err)
 	case errors.Is(err, unix.EPERM):
 		return fmt.Errorf("failed to change CAKE rate on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
@@ -326,7 +343,7 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	if o.Stats == nil {
 		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS", ifindex)
 	}
-	cs, err := readCakeStatsIn(c.netns, ifindex)
+	cs, err := readRootCakeStats(c.netns, ifindex, c.handle)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -341,15 +358,16 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	}, nil
 }
 
-// Remove deletes ifindex's root cake qdisc. An interface with only its
-// default root qdisc (handle 0) is left as it is; one whose root is another
-// kind is left alone too, with an error wrapping ErrNoQdisc.
+// Remove deletes the backend's root cake qdisc on ifindex. An interface
+// with only its default root qdisc (handle 0) is left as it is; one whose
+// root is another qdisc is left alone too, with an error wrapping
+// ErrNoQdisc.
 func (c *cake) Remove(ifindex uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, err := c.root(ifindex)
 	switch {
-	case o.Kind != "" && o.Handle == 0:
+	case err != nil && (o.Kind == "" || o.Handle == 0):
 		// The default root qdisc (noqueue, pfifo_fast, mq, or cake as
 		// net.core.default_qdisc): nothing autoshape created, and the
 		// kernel refuses to delete it.
@@ -357,11 +375,13 @@ func (c *cake) Remove(ifindex uint32) error {
 	case err != nil:
 		return fmt.Errorf("failed to remove CAKE on ifindex %d: %w", ifindex, err)
 	}
+	// With the handle and the kind, the kernel deletes the root only if it
+	// is still this qdisc.
 	err = c.conn.Qdisc().Delete(&tc.Object{
 		Msg: tc.Msg{
 			Family:  unix.AF_UNSPEC,
 			Ifindex: ifindex,
-			Handle:  o.Handle,
+			Handle:  c.handle,
 			Parent:  tc.HandleRoot,
 		},
 		// go-tc wants options even for a delete; an empty set is sent as

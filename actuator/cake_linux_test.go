@@ -6,7 +6,10 @@ package actuator
 // nstest_linux_test.go) and skips unless run as root.
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +17,10 @@ import (
 	"github.com/florianl/go-tc"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/autoshape/autoshape/internal/kerneltest"
 )
 
 // newTestCake returns a CAKE backend working in ns, and the index of the
@@ -39,12 +45,13 @@ func addTestBfifo(t *testing.T, conn *tc.Tc, ifindex uint32) {
 }
 
 // TestCakeCreateNotSupported checks what a kernel without CAKE (the
-// development and CI machines) answers: an error wrapping ErrNotSupported
-// that suggests the HTB backend.
+// development machines) answers: an error wrapping ErrNotSupported that
+// suggests the HTB backend. It needs a kernel without CAKE: a run with
+// AUTOSHAPE_REAL_KERNEL=1 leaves it out by name.
 func TestCakeCreateNotSupported(t *testing.T) {
 	_, ns := newTestNS(t)
 	c, lo := newTestCake(t, ns, Framing{Overhead: 44, LinkLayer: ATM}, CakeOptions{})
-	err := c.Create(lo, 20_000_000)
+	err := c.Create(lo, 20_000_000, false)
 	if err == nil {
 		t.Skip("skipping: this kernel has the cake qdisc (TestCakeOnKernel covers it)")
 	}
@@ -64,10 +71,12 @@ func TestCakeCreateNotSupported(t *testing.T) {
 }
 
 // TestCakeWithoutCakeRoot checks every operation on an interface whose root
-// is not cake: the default root, then a bfifo someone else made, which must
-// survive.
+// is not autoshape's cake: the default root, a bfifo someone else made, and
+// someone else's cake (as sqm-scripts makes it). Nothing may change them:
+// on a kernel with CAKE, a rate change sent without the root's handle
+// replaces a root of another kind with a new cake qdisc.
 func TestCakeWithoutCakeRoot(t *testing.T) {
-	_, ns := newTestNS(t)
+	name, ns := newTestNS(t)
 	c, lo := newTestCake(t, ns, Framing{}, CakeOptions{})
 
 	check := func(t *testing.T, root string) {
@@ -81,6 +90,9 @@ func TestCakeWithoutCakeRoot(t *testing.T) {
 		}
 		if _, err := c.Stats(lo); !errors.Is(err, ErrNoQdisc) {
 			t.Errorf("Stats: %v, want ErrNoQdisc", err)
+		}
+		if root == "cake" {
+			return // readCakeStats reads any root cake qdisc
 		}
 		if _, err := readCakeStatsIn(int(ns), lo); !errors.Is(err, ErrNoQdisc) || !strings.Contains(err.Error(), root) {
 			t.Errorf("readCakeStatsIn: %v, want ErrNoQdisc naming %s", err, root)
@@ -102,21 +114,52 @@ func TestCakeWithoutCakeRoot(t *testing.T) {
 		}
 	})
 
+	// stays checks that lo's root is still the qdisc of the kind and
+	// handle, with the given options as tc prints them.
+	stays := func(t *testing.T, kind string, handle uint32, options string) {
+		t.Helper()
+		qs, err := dumpQdiscs(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(qs, func(q qdiscMessage) bool {
+			return q.Ifindex == lo && q.Parent == tc.HandleRoot && q.Kind == kind && q.Handle == handle
+		}) {
+			t.Errorf("the %s root %s is gone: %+v", kind, handleString(handle), qs)
+		}
+		mustContain(t, "tc qdisc show", runCmd(t, "tc", "-n", name, "qdisc", "show", "dev", "lo"), options)
+	}
+
 	t.Run("bfifo root", func(t *testing.T) {
 		addTestBfifo(t, c.conn, lo)
 		check(t, "bfifo")
 		if err := c.Remove(lo); !errors.Is(err, ErrNoQdisc) {
 			t.Errorf("Remove with a bfifo root: %v, want ErrNoQdisc", err)
 		}
+		stays(t, "bfifo", 0x10000, "qdisc bfifo 1: root refcnt 2 limit 30000b")
+		runCmd(t, "tc", "-n", name, "qdisc", "del", "dev", "lo", "root")
+	})
+
+	t.Run("foreign cake root", func(t *testing.T) {
+		kerneltest.RequireQdisc(t, "cake")
+		// As sqm-scripts makes it: no handle, so the kernel picks one.
+		runCmd(t, "tc", "-n", name, "qdisc", "add", "dev", "lo", "root", "cake", "bandwidth", "5mbit")
+		var handle uint32
 		qs, err := dumpQdiscs(int(ns))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(qs, func(q qdiscMessage) bool {
-			return q.Ifindex == lo && q.Parent == tc.HandleRoot && q.Kind == "bfifo"
-		}) {
-			t.Errorf("the bfifo root is gone: %+v", qs)
+		for _, q := range qs {
+			if q.Ifindex == lo && q.Parent == tc.HandleRoot {
+				handle = q.Handle
+			}
 		}
+		check(t, "cake")
+		if err := c.Remove(lo); !errors.Is(err, ErrNoQdisc) {
+			t.Errorf("Remove with a foreign cake root: %v, want ErrNoQdisc", err)
+		}
+		stays(t, "cake", handle, "bandwidth 5Mbit")
+		runCmd(t, "tc", "-n", name, "qdisc", "del", "dev", "lo", "root")
 	})
 }
 
@@ -160,19 +203,20 @@ func TestDumpQdiscsMatchesGoTC(t *testing.T) {
 }
 
 // TestCakeOnKernel runs the whole backend on a kernel that has CAKE (a
-// router, not the development machines, where it skips).
+// router, or the UML runner; the development machines skip it).
 func TestCakeOnKernel(t *testing.T) {
-	_, ns := newTestNS(t)
+	name, ns := newTestNS(t)
+	kerneltest.RequireQdisc(t, "cake")
 	yes := true
 	c, lo := newTestCake(t, ns, Framing{Overhead: 44, LinkLayer: ATM}, CakeOptions{DiffServ: "diffserv4", NAT: &yes})
-	if err := c.Create(lo, 20_000_000); errors.Is(err, ErrNotSupported) {
-		t.Skip("skipping: this kernel has no cake qdisc")
-	} else if err != nil {
+	if err := c.Create(lo, 20_000_000, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(lo, 20_000_000); err == nil {
+	if err := c.Create(lo, 20_000_000, false); err == nil {
 		t.Error("a second Create succeeded, want an error")
 	}
+	mustContain(t, "tc qdisc show", runCmd(t, "tc", "-n", name, "qdisc", "show", "dev", "lo"),
+		"qdisc cake a5: root", "bandwidth 20Mbit diffserv4", " nat ", "atm overhead 44")
 	if got, err := c.Rate(lo); err != nil || got != 20_000_000 {
 		t.Errorf("Rate = %d, %v, want 20000000", got, err)
 	}
@@ -210,5 +254,181 @@ func TestCakeOnKernel(t *testing.T) {
 	}
 	if _, err := c.Rate(lo); !errors.Is(err, ErrNoQdisc) {
 		t.Errorf("Rate after Remove: %v, want ErrNoQdisc", err)
+	}
+}
+
+// tcCakeJSON is what `tc -s -j qdisc show` prints for a cake qdisc; the
+// rates are in bytes/s.
+type tcCakeJSON struct {
+	Kind             string `json:"kind"`
+	Handle           string `json:"handle"`
+	Bytes            uint64 `json:"bytes"`
+	Packets          uint64 `json:"packets"`
+	Drops            uint64 `json:"drops"`
+	Backlog          uint64 `json:"backlog"`
+	MemoryUsed       uint32 `json:"memory_used"`
+	MemoryLimit      uint32 `json:"memory_limit"`
+	CapacityEstimate uint64 `json:"capacity_estimate"`
+	MinNetworkSize   uint32 `json:"min_network_size"`
+	MaxNetworkSize   uint32 `json:"max_network_size"`
+	MinAdjSize       uint32 `json:"min_adj_size"`
+	MaxAdjSize       uint32 `json:"max_adj_size"`
+	AvgHdrOffset     uint32 `json:"avg_hdr_offset"`
+	Tins             []struct {
+		ThresholdRate     uint64 `json:"threshold_rate"`
+		SentBytes         uint64 `json:"sent_bytes"`
+		BacklogBytes      uint64 `json:"backlog_bytes"`
+		TargetUS          uint32 `json:"target_us"`
+		IntervalUS        uint32 `json:"interval_us"`
+		PeakDelayUS       uint32 `json:"peak_delay_us"`
+		AvgDelayUS        uint32 `json:"avg_delay_us"`
+		BaseDelayUS       uint32 `json:"base_delay_us"`
+		SentPackets       uint64 `json:"sent_packets"`
+		Drops             uint64 `json:"drops"`
+		ECNMark           uint64 `json:"ecn_mark"`
+		AckDrops          uint64 `json:"ack_drops"`
+		SparseFlows       uint32 `json:"sparse_flows"`
+		BulkFlows         uint32 `json:"bulk_flows"`
+		UnresponsiveFlows uint32 `json:"unresponsive_flows"`
+	} `json:"tins"`
+}
+
+// cakeStatsFromTC converts tc's JSON into what the decoder returns.
+func cakeStatsFromTC(j tcCakeJSON) (Stats, CakeStats) {
+	cs := CakeStats{
+		CapacityEstimate: j.CapacityEstimate * 8,
+		MemoryLimit:      j.MemoryLimit, MemoryUsed: j.MemoryUsed, AvgNetoff: j.AvgHdrOffset,
+		MinNetlen: j.MinNetworkSize, MaxNetlen: j.MaxNetworkSize, MinAdjlen: j.MinAdjSize, MaxAdjlen: j.MaxAdjSize,
+	}
+	for _, t := range j.Tins {
+		cs.Tins = append(cs.Tins, TinStats{
+			SentPackets: t.SentPackets, SentBytes: t.SentBytes, DroppedPackets: t.Drops,
+			ECNMarkedPackets: t.ECNMark, AckDropsPackets: t.AckDrops, BacklogBytes: t.BacklogBytes,
+			ThresholdRate: t.ThresholdRate * 8,
+			Target:        cakeMicros(t.TargetUS), Interval: cakeMicros(t.IntervalUS),
+			PeakDelay: cakeMicros(t.PeakDelayUS), AvgDelay: cakeMicros(t.AvgDelayUS), BaseDelay: cakeMicros(t.BaseDelayUS),
+			SparseFlows: t.SparseFlows, BulkFlows: t.BulkFlows, UnresponsiveFlows: t.UnresponsiveFlows,
+		})
+	}
+	st := Stats{Bytes: j.Bytes, Packets: j.Packets, Drops: j.Drops, Backlog: j.Backlog,
+		CapacityEstimate: cs.CapacityEstimate, Tins: cs.Tins}
+	return st, cs
+}
+
+// sendUDPTOS sends n datagrams of size bytes of payload from a socket in ns
+// to dst with the IP TOS byte tos, as fast as the socket takes them.
+func sendUDPTOS(t *testing.T, ns netns.NsHandle, dst string, tos, n, size int) {
+	t.Helper()
+	err := inNS(ns, func() error {
+		conn, err := net.ListenPacket("udp4", ":0")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if err := ipv4.NewPacketConn(conn).SetTOS(tos); err != nil {
+			return err
+		}
+		addr, err := net.ResolveUDPAddr("udp4", dst)
+		if err != nil {
+			return err
+		}
+		payload := make([]byte, size)
+		for i := range n {
+			if _, err := conn.WriteTo(payload, addr); err != nil {
+				return fmt.Errorf("datagram %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("failed to send UDP to %s: %v", dst, err)
+	}
+}
+
+// TestCakeStatsMatchTC sends traffic through CAKE on a veth into another
+// namespace, in three tins (one flow ECN-capable) and faster than the rate,
+// and compares the statistics the actuator decodes from the kernel with
+// what iproute2's `tc -s -j qdisc show` prints, field by field.
+func TestCakeStatsMatchTC(t *testing.T) {
+	l := newHTBLink(t)
+	kerneltest.RequireQdisc(t, "cake")
+	c := newCake(testTC(t, l.ns), Framing{Overhead: 18}, CakeOptions{})
+	c.netns = int(l.ns)
+	if err := c.Create(l.ifindex, 10_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	// ARP first, so that the bursts meet CAKE at once.
+	sendUDP(t, l.ns, l.peer.IP()+":9", 1, 10, 0)
+	dst := l.peer.IP() + ":9"
+	for _, tos := range []int{
+		0x02, // best effort, ECT(0): CAKE marks instead of dropping
+		0x20, // CS1: the bulk tin
+		0xb8, // EF: the voice tin
+	} {
+		sendUDPTOS(t, l.ns, dst, tos, 300, 1400)
+	}
+	var st Stats
+	var err error
+	if !eventually(func() bool {
+		st, err = c.Stats(l.ifindex)
+		return err == nil && st.Backlog == 0 && st.Packets > 0
+	}) {
+		t.Fatalf("Stats = %+v, %v; want packets sent and the queue drained", st, err)
+	}
+
+	read := func() (Stats, CakeStats) {
+		st, err := c.Stats(l.ifindex)
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		cs, err := readCakeStatsIn(int(l.ns), l.ifindex)
+		if err != nil {
+			t.Fatalf("readCakeStatsIn: %v", err)
+		}
+		return st, cs
+	}
+	// A stray packet between the reads would make them differ: read ours
+	// on both sides of tc's and compare only a quiet moment.
+	for attempt := 0; ; attempt++ {
+		st, cs := read()
+		var js []tcCakeJSON
+		out := runCmd(t, "tc", "-n", l.router.NS, "-s", "-j", "qdisc", "show", "dev", l.router.Dev, "root")
+		if err := json.Unmarshal([]byte(out), &js); err != nil || len(js) != 1 || js[0].Kind != "cake" || js[0].Handle != "a5:" {
+			t.Fatalf("tc -s -j qdisc show: %v: %s", err, out)
+		}
+		st2, cs2 := read()
+		if diff := cmp.Diff(st, st2) + cmp.Diff(cs, cs2); diff != "" {
+			if attempt == 5 {
+				t.Fatalf("the statistics never stood still between two reads:\n%s", diff)
+			}
+			continue
+		}
+		wantStats, wantCake := cakeStatsFromTC(js[0])
+		st.WireBytes = 0
+		if diff := cmp.Diff(wantStats, st); diff != "" {
+			t.Errorf("Stats (-tc +decoded):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantCake, cs); diff != "" {
+			t.Errorf("CakeStats (-tc +decoded):\n%s", diff)
+		}
+		t.Logf("tc: %s", out)
+
+		// The comparison means something only where the counters moved.
+		busy := 0
+		for _, tin := range cs.Tins {
+			if tin.SentPackets > 0 {
+				busy++
+			}
+		}
+		var ecn, drops uint64
+		for _, tin := range cs.Tins {
+			ecn += tin.ECNMarkedPackets
+			drops += tin.DroppedPackets
+		}
+		if len(cs.Tins) != 3 || busy != 3 || cs.CapacityEstimate != 10_000_000 || cs.MaxNetlen == 0 || cs.MaxAdjlen != cs.MaxNetlen+18 ||
+			cs.MemoryUsed == 0 || ecn == 0 || drops == 0 || st.Drops != drops {
+			t.Errorf("CAKE statistics %+v, %+v: want 3 busy tins, ECN marks and drops, a capacity estimate of 10 Mbit/s and sizes seen", st, cs)
+		}
+		return
 	}
 }

@@ -280,8 +280,9 @@ func TestCakeAttrsMatchIproute2(t *testing.T) {
 				want.Atm = new(uint32(cakeATMNone))
 			}
 
-			// ifindex 1 is lo in the namespace the captures were made in.
-			obj, err := cakeCreate(1, tt.bps, tt.framing, tt.opts)
+			// ifindex 1 is lo in the namespace the captures were made in,
+			// and the commands say "root handle 1:".
+			obj, err := cakeCreate(1, 0x0001_0000, tt.bps, tt.framing, tt.opts)
 			if err != nil {
 				t.Fatalf("cakeCreate: %v", err)
 			}
@@ -309,9 +310,9 @@ func TestCakeAttrsMatchIproute2(t *testing.T) {
 
 // TestCakeRateChange checks that a rate change holds only the rate, and
 // that it addresses the root qdisc as "tc qdisc change dev lo root cake
-// bandwidth 15mbit" does.
+// bandwidth 15mbit" does, but for the handle, which tc leaves 0.
 func TestCakeRateChange(t *testing.T) {
-	obj, err := cakeRateChange(1, 15_000_000)
+	obj, err := cakeRateChange(1, 0, 15_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +342,14 @@ func TestCakeRateChange(t *testing.T) {
 		t.Errorf("tc sent flags %#x, want %#x", capture.Flags, want)
 	}
 
+	// The handle makes the kernel check that the root is still that
+	// qdisc.
+	if obj, err := cakeRateChange(1, OwnRootHandle, 15_000_000); err != nil || obj.Handle != OwnRootHandle {
+		t.Errorf("cakeRateChange with handle %s: %+v, %v", handleString(OwnRootHandle), obj, err)
+	}
+
 	for _, bps := range []uint64{0, 7} {
-		if _, err := cakeRateChange(1, bps); err == nil {
+		if _, err := cakeRateChange(1, OwnRootHandle, bps); err == nil {
 			t.Errorf("cakeRateChange(%d) succeeded, want an error", bps)
 		}
 	}

@@ -271,10 +271,16 @@ func readCakeStats(ifindex uint32) (CakeStats, error) {
 }
 
 // readCakeStatsIn is readCakeStats in the network namespace whose file
-// descriptor is netns (0: the calling thread's). It dumps the qdiscs with
-// RTM_GETQDISC over its own netlink socket, because go-tc decodes no CAKE
-// statistics.
+// descriptor is netns (0: the calling thread's).
 func readCakeStatsIn(netns int, ifindex uint32) (CakeStats, error) {
+	return readRootCakeStats(netns, ifindex, 0)
+}
+
+// readRootCakeStats reads the statistics of ifindex's root cake qdisc in the
+// network namespace netns (0: the calling thread's); a handle other than 0
+// must be the root's. It dumps the qdiscs with RTM_GETQDISC over its own
+// netlink socket, because go-tc decodes no CAKE statistics.
+func readRootCakeStats(netns int, ifindex, handle uint32) (CakeStats, error) {
 	qs, err := dumpQdiscs(netns)
 	if err != nil {
 		return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
@@ -283,8 +289,9 @@ func readCakeStatsIn(netns int, ifindex uint32) (CakeStats, error) {
 		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot {
 			continue
 		}
-		if q.Kind != "cake" {
-			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: root qdisc is %q: %w", ifindex, q.Kind, ErrNoQdisc)
+		if q.Kind != "cake" || (handle != 0 && q.Handle != handle) {
+			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: root qdisc is %q (%s): %w",
+				ifindex, q.Kind, handleString(q.Handle), ErrNoQdisc)
 		}
 		if q.App == nil {
 			return CakeStats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS_APP", ifindex)

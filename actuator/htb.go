@@ -13,15 +13,15 @@ import (
 )
 
 // Handles of the HTB tree autoshape builds, as tc prints them: the root
-// qdisc 1:, the class 1:1 that holds the rate and, where the kernel has
-// fq_codel, the leaf qdisc 10: under that class. Without fq_codel class 1:1
-// has the priority split's classes 1:11 and 1:12 under it instead (see
-// htbsplit.go); a tree with a bfifo leaf 10: is what earlier versions built
-// there, and SetRate still resizes it.
+// qdisc a5: (OwnRootHandle), the class a5:1 that holds the rate and, where
+// the kernel has fq_codel, the leaf qdisc 10: under that class. Without
+// fq_codel class a5:1 has the priority split's classes a5:11 and a5:12
+// under it instead (see htbsplit.go); a tree with a bfifo leaf 10: is what
+// earlier versions built there, and SetRate still resizes it.
 const (
-	htbRootHandle  uint32 = 0x0001_0000 // 1:
-	htbClassHandle uint32 = 0x0001_0001 // 1:1
-	htbLeafHandle  uint32 = 0x0010_0000 // 10:
+	htbRootHandle         = OwnRootHandle // a5:
+	htbClassHandle        = OwnHTBClass   // a5:1
+	htbLeafHandle  uint32 = 0x0010_0000   // 10:
 )
 
 // Sizes in bytes that the HTB tree is built from.
@@ -63,15 +63,17 @@ func initClock() error {
 	return clockErr
 }
 
-// An htb is the fallback backend: a root HTB qdisc 1: whose class 1:1
-// holds the rate. Where the kernel has fq_codel, 1:1 is the default class
+// An htb is the fallback backend: a root HTB qdisc a5: whose class a5:1
+// holds the rate. Where the kernel has fq_codel, a5:1 is the default class
 // and fq_codel its leaf 10:, which isolates flows by itself. Where it has
-// not, 1:1 is the parent of a priority split (htbsplit.go): small packets
-// (TCP ACKs, probes, DNS) go by u32 filters to class 1:11, guaranteed 7/8
-// of the rate, with a bfifo of its own; the rest to the default class 1:12,
+// not, a5:1 is the parent of a priority split (htbsplit.go): small packets
+// (TCP ACKs, probes, DNS) go by u32 filters to class a5:11, guaranteed 7/8
+// of the rate, with a bfifo of its own; the rest to the default class a5:12,
 // guaranteed 1/8, whose bfifo holds 5 ms of the rate and at least 4 full
 // frames. Both borrow up to the rate, and SetRate scales all three classes.
-// On someone else's HTB (attach mode) only class 1:1 is changed.
+// On someone else's HTB X: (attach mode) only its class X:1 is changed.
+// Every change and delete first checks that the root is still the HTB it
+// works on.
 //
 // HTB knows Ethernet and ATM framing. PTM (VDSL2's 64/65 coding) is not an
 // HTB link layer: with PTM framing the rate given to the kernel is scaled by
@@ -84,6 +86,9 @@ type htb struct {
 	mu      sync.Mutex
 	conn    *tc.Tc
 	framing Framing
+	// root is the root qdisc's handle: htbRootHandle for the tree
+	// autoshape builds, someone else's in attach mode.
+	root uint32
 }
 
 var _ backend = (*htb)(nil)
@@ -94,18 +99,22 @@ var _ backend = (*htb)(nil)
 func newHTB(conn *tc.Tc, f Framing) *htb {
 	// Best effort: without extended acks errors still carry the errno.
 	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
-	return &htb{conn: conn, framing: f}
+	return &htb{conn: conn, framing: f, root: htbRootHandle}
 }
+
+// topClass is the class that holds the rate: X:1 under the root X:.
+func (h *htb) topClass() uint32 { return h.root&0xffff_0000 | 1 }
 
 // Kind returns "htb".
 func (h *htb) Kind() string { return "htb" }
 
-// Create builds root qdisc 1:, class 1:1 at bps and the fq_codel leaf 10:
+// Create builds root qdisc a5:, class a5:1 at bps and the fq_codel leaf 10:
 // on ifindex, or the priority split where the kernel has no fq_codel. The
 // kernel refuses it when the interface has a root qdisc other than its
-// default one; the error then wraps fs.ErrExist (unix.EEXIST). On any
-// failure it deletes what it had built.
-func (h *htb) Create(ifindex uint32, bps uint64) error {
+// default one, and the error then wraps fs.ErrExist (unix.EEXIST), unless
+// replace is set: then the new root takes that one's place. On any failure
+// it deletes what it had built.
+func (h *htb) Create(ifindex uint32, bps uint64, replace bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	const op = "create HTB"
@@ -119,7 +128,7 @@ func (h *htb) Create(ifindex uint32, bps uint64) error {
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
-	err = h.buildFqCodel(ifindex, bytes)
+	err = h.buildFqCodel(ifindex, bytes, replace)
 	if errors.Is(err, errNoFqCodel) {
 		// HTB's default class is fixed when the root is made, and it
 		// differs between the two trees: build the root again.
@@ -135,17 +144,17 @@ func (h *htb) Create(ifindex uint32, bps uint64) error {
 // has deleted what it had built.
 var errNoFqCodel = errors.New("the kernel has no fq_codel")
 
-// buildFqCodel adds root 1: with default class 1:1, class 1:1 at bytes/s
-// and the fq_codel leaf 10:. On any failure it deletes the root again; it
-// returns errNoFqCodel when the kernel has no fq_codel and the root is
-// gone.
-func (h *htb) buildFqCodel(ifindex uint32, bytes uint64) error {
-	if err := h.addRoot(ifindex, htbClassHandle); err != nil {
+// buildFqCodel adds root a5: with default class a5:1 (in place of the
+// root there with replace), class a5:1 at bytes/s and the fq_codel leaf
+// 10:. On any failure it deletes the root again; it returns errNoFqCodel
+// when the kernel has no fq_codel and the root is gone.
+func (h *htb) buildFqCodel(ifindex uint32, bytes uint64, replace bool) error {
+	if err := h.addRoot(ifindex, htbClassHandle, replace); err != nil {
 		return err
 	}
 	spec := htbRateSpec(h.framing)
 	if err := h.addClass(ifindex, htbClassHandle, htbRootHandle, htbClassOptions(bytes, spec, htbQuantum(bytes), 0)); err != nil {
-		return h.undo(ifindex, fmt.Errorf("failed to add class 1:1: %w", err))
+		return h.undo(ifindex, fmt.Errorf("failed to add class %s: %w", handleString(htbClassHandle), err))
 	}
 	msg := tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbLeafHandle, Parent: htbClassHandle}
 	limit, ecn := uint32(htbFqCodelLimit), uint32(1)
@@ -166,13 +175,17 @@ func (h *htb) buildFqCodel(ifindex uint32, bytes uint64) error {
 	return h.undo(ifindex, fmt.Errorf("failed to add fq_codel leaf 10: %w", err))
 }
 
-// addRoot adds the root HTB qdisc 1: with default class defcls.
-func (h *htb) addRoot(ifindex, defcls uint32) error {
+// addRoot adds the root HTB qdisc a5: with default class defcls; with
+// replace it takes the place of the root there.
+func (h *htb) addRoot(ifindex, defcls uint32, replace bool) error {
 	root := tc.Object{
 		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbRootHandle, Parent: tc.HandleRoot},
 		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{
 			Init: &tc.HtbGlob{Version: 3, Rate2Quantum: htbR2Q, Defcls: defcls & 0xffff},
 		}},
+	}
+	if replace {
+		return h.conn.Qdisc().Replace(&root)
 	}
 	// Add, not Replace: the kernel itself refuses to override a root qdisc
 	// that is not the default one, with no window between check and write.
@@ -201,7 +214,8 @@ func (h *htb) undo(ifindex uint32, err error) error {
 	return err
 }
 
-// Rate reads class 1:1's rate, in bit/s.
+// Rate reads the rate of the class that holds it (a5:1 in autoshape's
+// tree), in bit/s.
 func (h *htb) Rate(ifindex uint32) (uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -212,7 +226,7 @@ func (h *htb) Rate(ifindex uint32) (uint64, error) {
 	return bpsFromKernel(classRate(class.Htb), h.framing.LinkLayer), nil
 }
 
-// SetRate changes class 1:1's rate and ceiling to bps, keeping the class's
+// SetRate changes the top class's rate and ceiling to bps, keeping its
 // link layer, overhead, MPU, quantum and priority as the kernel holds them,
 // so that it also works on a class someone else built. Under autoshape's
 // priority split it also changes both children (their shares of bps, bps as
@@ -230,16 +244,19 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
+	if _, err := h.checkRoot(ifindex); err != nil {
+		return opErr(op, ifindex, err)
+	}
 	classes, err := h.classes(ifindex)
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
-	class, err := findClass(classes)
+	class, err := findClass(classes, h.topClass())
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
 	opts := keptOptions(class.Htb, bytes, bytes)
-	if children, ok := findSplit(classes); ok {
+	if children, ok := findSplit(classes, class.Handle); ok {
 		if err := h.setSplitRate(ifindex, bytes, class, opts, children); err != nil {
 			return opErr(op, ifindex, err)
 		}
@@ -252,12 +269,12 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	// old rate and does both again. A leaf class reports its qdisc's
 	// handle in tcm_info; only a leaf autoshape made can be its bfifo.
 	if class.Info == htbLeafHandle {
-		if err := h.resizeLeaf(ifindex, htbLeafHandle, htbClassHandle, bfifoLimit(bytes)); err != nil {
+		if err := h.resizeLeaf(ifindex, htbLeafHandle, class.Handle, bfifoLimit(bytes)); err != nil {
 			return opErr(op, ifindex, err)
 		}
 	}
 	err = h.conn.Class().Replace(&tc.Object{
-		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: htbClassHandle, Parent: class.Parent},
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: class.Handle, Parent: class.Parent},
 		Attribute: tc.Attribute{Kind: "htb", Htb: opts},
 	})
 	if err != nil {
@@ -318,26 +335,40 @@ func (h *htb) resizeLeaves(ifindex uint32, leaves ...leafSize) error {
 // Stats reads the root HTB qdisc's counters. The kernel counts at the root
 // every packet that passes any of its leaves, and its backlog is what all
 // leaves hold; the root's drops include those of the leaves (a full bfifo,
-// fq_codel's AQM), which class 1:1's do not.
+// fq_codel's AQM), which the top class's do not.
 func (h *htb) Stats(ifindex uint32) (Stats, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	qdiscs, err := h.conn.Qdisc().Get()
+	q, err := h.checkRoot(ifindex)
 	if err != nil {
 		return Stats{}, opErr("read HTB stats", ifindex, err)
 	}
+	if q.Stats == nil {
+		return Stats{}, opErr("read HTB stats", ifindex, errors.New("the kernel sent no statistics"))
+	}
+	st := statsFromTC(q.Stats)
+	st.WireBytes = h.framing.WireTotal(st.Bytes, st.Packets)
+	return st, nil
+}
+
+// checkRoot returns ifindex's root qdisc when it is the HTB the backend
+// works on; any other root gives an error wrapping ErrNoQdisc that names
+// it.
+func (h *htb) checkRoot(ifindex uint32) (tc.Object, error) {
+	qdiscs, err := h.conn.Qdisc().Get()
+	if err != nil {
+		return tc.Object{}, fmt.Errorf("failed to read qdiscs: %w", err)
+	}
 	for _, q := range qdiscs {
-		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot || q.Kind != "htb" {
+		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot {
 			continue
 		}
-		if q.Stats == nil {
-			return Stats{}, opErr("read HTB stats", ifindex, errors.New("the kernel sent no statistics"))
+		if q.Kind != "htb" || q.Handle != h.root {
+			return q, fmt.Errorf("the root qdisc is %s %s, not the htb %s: %w", q.Kind, handleString(q.Handle), handleString(h.root), ErrNoQdisc)
 		}
-		st := statsFromTC(q.Stats)
-		st.WireBytes = h.framing.WireTotal(st.Bytes, st.Packets)
-		return st, nil
+		return q, nil
 	}
-	return Stats{}, opErr("read HTB stats", ifindex, fmt.Errorf("no root htb qdisc: %w", ErrNoQdisc))
+	return tc.Object{}, fmt.Errorf("no root qdisc: %w", ErrNoQdisc)
 }
 
 // statsFromTC converts the kernel's struct tc_stats.
@@ -350,52 +381,44 @@ func statsFromTC(s *tc.Stats) Stats {
 	}
 }
 
-// Remove deletes the root HTB qdisc and everything under it. An interface
-// with only its default root qdisc is left as it is; another kind of root
-// qdisc is an error wrapping ErrNoQdisc, and is not deleted.
+// Remove deletes the root HTB qdisc the backend works on and everything
+// under it. An interface with only its default root qdisc is left as it
+// is; another root qdisc is an error wrapping ErrNoQdisc, and is not
+// deleted.
 func (h *htb) Remove(ifindex uint32) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	const op = "remove HTB"
-	qdiscs, err := h.conn.Qdisc().Get()
-	if err != nil {
+	q, err := h.checkRoot(ifindex)
+	switch {
+	case err != nil && (q.Kind == "" || q.Handle == 0):
+		// The kernel's default root, or none: nothing of ours.
+		return nil
+	case err != nil:
 		return opErr(op, ifindex, err)
 	}
-	for _, q := range qdiscs {
-		if q.Ifindex != ifindex || q.Parent != tc.HandleRoot {
-			continue
-		}
-		switch {
-		case q.Handle == 0:
-			// The kernel's default root: nothing of ours.
-			return nil
-		case q.Kind != "htb":
-			return opErr(op, ifindex, fmt.Errorf("the root qdisc is %s: %w", q.Kind, ErrNoQdisc))
-		}
-		if err := h.deleteRoot(ifindex); err != nil {
-			return opErr(op, ifindex, err)
-		}
-		return nil
+	if err := h.deleteRoot(ifindex); err != nil {
+		return opErr(op, ifindex, err)
 	}
 	return nil
 }
 
-// deleteRoot deletes the root qdisc if it is an HTB; the kernel checks the
-// kind, so another backend's root is never deleted here.
+// deleteRoot deletes the root qdisc if it is the backend's HTB: with the
+// handle and the kind in the request, the kernel deletes no other.
 func (h *htb) deleteRoot(ifindex uint32) error {
 	return h.conn.Qdisc().Delete(&tc.Object{
-		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Parent: tc.HandleRoot},
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: h.root, Parent: tc.HandleRoot},
 		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{}},
 	})
 }
 
-// class reads HTB class 1:1 of ifindex.
+// class reads the top HTB class of ifindex.
 func (h *htb) class(ifindex uint32) (tc.Object, error) {
 	classes, err := h.classes(ifindex)
 	if err != nil {
 		return tc.Object{}, err
 	}
-	return findClass(classes)
+	return findClass(classes, h.topClass())
 }
 
 // classes reads the traffic control classes of ifindex.
@@ -407,14 +430,14 @@ func (h *htb) classes(ifindex uint32) ([]tc.Object, error) {
 	return classes, nil
 }
 
-// findClass returns HTB class 1:1 among classes.
-func findClass(classes []tc.Object) (tc.Object, error) {
+// findClass returns the HTB class with the handle among classes.
+func findClass(classes []tc.Object, handle uint32) (tc.Object, error) {
 	for _, c := range classes {
-		if c.Handle == htbClassHandle && c.Kind == "htb" && c.Htb != nil && c.Htb.Parms != nil {
+		if c.Handle == handle && c.Kind == "htb" && c.Htb != nil && c.Htb.Parms != nil {
 			return c, nil
 		}
 	}
-	return tc.Object{}, fmt.Errorf("no HTB class 1:1: %w", ErrNoQdisc)
+	return tc.Object{}, fmt.Errorf("no HTB class %s: %w", handleString(handle), ErrNoQdisc)
 }
 
 // opErr wraps err with the operation and interface, and says which
@@ -481,7 +504,7 @@ func bpsFromKernel(bytes uint64, ll LinkLayer) uint64 {
 	return lo
 }
 
-// htbClassOptions are class 1:1's options at bytes/s with the framing of
+// htbClassOptions are the top class's options at bytes/s with the framing of
 // spec: rate and ceiling equal, buffers of one burst.
 func htbClassOptions(bytes uint64, spec tc.RateSpec, quantum, prio uint32) *tc.Htb {
 	return htbChildOptions(bytes, bytes, spec, quantum, prio)

@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/autoshape/autoshape/internal/kerneltest"
 )
 
 // An htbLink is a veth pair between a router namespace, whose end (wan0)
@@ -63,25 +65,115 @@ func mustContain(t *testing.T, what, text string, want ...string) {
 	}
 }
 
+// createSplit builds the priority split on ifindex at bps, as Create does
+// on a kernel without fq_codel, whatever this kernel has.
+func createSplit(t testing.TB, h *htb, ifindex uint32, bps uint64) {
+	t.Helper()
+	if err := initClock(); err != nil {
+		t.Fatal(err)
+	}
+	bytes, err := htbBytesPerSecond(bps, h.framing.LinkLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.buildSplit(ifindex, bytes); err != nil {
+		t.Fatalf("buildSplit: %v", err)
+	}
+}
+
+// TestHTBCreatePicksLeaf checks the tree Create builds: fq_codel under
+// class a5:1 where the kernel has it (with AUTOSHAPE_REAL_KERNEL=1 it must),
+// the priority split where it has not.
+func TestHTBCreatePicksLeaf(t *testing.T) {
+	l := newHTBLink(t)
+	fqCodel, err := kerneltest.HasQdisc("fq_codel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fqCodel && kerneltest.RealKernel() {
+		t.Fatalf("the kernel has no fq_codel qdisc, and %s=1 says it must", kerneltest.EnvRealKernel)
+	}
+	h := newHTB(testTC(t, l.ns), Framing{})
+	if err := h.Create(l.ifindex, 20_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	qdiscs := l.tcShow(t, false, "qdisc")
+	if fqCodel {
+		mustContain(t, "tc qdisc show", qdiscs, "qdisc htb a5: root", "default 0x1 ", "qdisc fq_codel 10: parent a5:1 limit 10240p", " ecn ")
+		if strings.Contains(qdiscs, "bfifo") {
+			t.Errorf("tc qdisc show has a bfifo beside fq_codel:\n%s", qdiscs)
+		}
+	} else {
+		mustContain(t, "tc qdisc show", qdiscs, "qdisc htb a5: root", "default 0x12", "qdisc bfifo 11: parent a5:11", "qdisc bfifo 12: parent a5:12")
+	}
+	mustContain(t, "tc class show", l.tcShow(t, false, "class"), "class htb a5:1 root")
+}
+
+// TestHTBFqCodel runs the fq_codel tree through its life: Create, SetRate,
+// Stats with traffic, Remove.
+func TestHTBFqCodel(t *testing.T) {
+	l := newHTBLink(t)
+	kerneltest.RequireQdisc(t, "fq_codel")
+	h := newHTB(testTC(t, l.ns), Framing{LinkLayer: ATM, Overhead: 44})
+	if err := h.Create(l.ifindex, 20_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "qdisc htb a5: root", "qdisc fq_codel 10: parent a5:1")
+	mustContain(t, "tc -d class show", l.tcShow(t, true, "class"),
+		"class htb a5:1 root leaf 10: prio 0", "rate 20Mbit overhead 44 ceil 20Mbit", "linklayer atm")
+	if err := h.SetRate(l.ifindex, 8_000_000); err != nil {
+		t.Fatalf("SetRate: %v", err)
+	}
+	mustContain(t, "tc -d class show", l.tcShow(t, true, "class"), "rate 8Mbit overhead 44 ceil 8Mbit", "linklayer atm")
+	if got, err := h.Rate(l.ifindex); err != nil || got != 8_000_000 {
+		t.Errorf("Rate = %d, %v; want 8000000", got, err)
+	}
+	// The leaf is fq_codel, which SetRate leaves as it is.
+	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "qdisc fq_codel 10: parent a5:1 limit 10240p")
+
+	before, err := h.Stats(l.ifindex)
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	const n, size = 50, 1000
+	sendUDP(t, l.ns, l.peer.IP()+":9", n, size, time.Millisecond)
+	var after Stats
+	if !eventually(func() bool {
+		after, err = h.Stats(l.ifindex)
+		return err == nil && after.Packets-before.Packets >= n && after.Backlog == 0
+	}) {
+		t.Fatalf("Stats after sending %d datagrams: %+v (before %+v), err %v", n, after, before, err)
+	}
+	if after.WireBytes <= after.Bytes {
+		t.Errorf("Stats: %d wire bytes for %d bytes, want more with ATM framing", after.WireBytes, after.Bytes)
+	}
+
+	if err := h.Remove(l.ifindex); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if got, want := l.tcShow(t, false, "qdisc"), "qdisc noqueue 0: root refcnt 2 \n"; got != want {
+		t.Errorf("tc qdisc show after Remove (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// TestHTBLifecycle runs the priority split (what Create builds on a kernel
+// without fq_codel) through its life.
 func TestHTBLifecycle(t *testing.T) {
 	l := newHTBLink(t)
 	h := newHTB(testTC(t, l.ns), Framing{})
 
-	if err := h.Create(l.ifindex, 20_000_000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	// This kernel lacks fq_codel: the priority split, whose leaves are
-	// bfifos of 5 ms at 20 Mbit/s.
+	createSplit(t, h, l.ifindex, 20_000_000)
+	// The priority split, whose leaves are bfifos of 5 ms at 20 Mbit/s.
 	mustContain(t, "tc class show", l.tcShow(t, false, "class"),
-		"class htb 1:1 root rate 20Mbit ceil 20Mbit",
-		"class htb 1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
-		"class htb 1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit")
+		"class htb a5:1 root rate 20Mbit ceil 20Mbit",
+		"class htb a5:11 parent a5:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
+		"class htb a5:12 parent a5:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit")
 	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"),
-		"qdisc htb 1: root", "default 0x12", "qdisc bfifo 12: parent 1:12 limit 12500b", "qdisc bfifo 11: parent 1:11 limit 12500b")
+		"qdisc htb a5: root", "default 0x12", "qdisc bfifo 12: parent a5:12 limit 12500b", "qdisc bfifo 11: parent a5:11 limit 12500b")
 	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"),
-		"protocol ip pref 1 u32", "*flowid 1:11", "match 00000000/0000ff00 at 0",
+		"protocol ip pref 1 u32", "*flowid a5:11", "match 00000000/0000ff00 at 0",
 		"protocol ipv6 pref 2 u32", "match 00000000/ff000000 at 4")
-	if err := h.Create(l.ifindex, 20_000_000); !errors.Is(err, fs.ErrExist) {
+	if err := h.Create(l.ifindex, 20_000_000, false); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("second Create: got %v, want an error wrapping fs.ErrExist", err)
 	}
 
@@ -91,16 +183,16 @@ func TestHTBLifecycle(t *testing.T) {
 		bfifo, sparse string
 		wantRate      uint64
 	}{
-		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
+		{10_000_000, []string{"a5:1 root rate 10Mbit ceil 10Mbit", "a5:11 parent a5:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
+			"a5:12 parent a5:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
 		// The same rate again: nothing to write, Rate unchanged.
-		{10_000_000, []string{"1:1 root rate 10Mbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
+		{10_000_000, []string{"a5:1 root rate 10Mbit ceil 10Mbit"}, "limit 6250b", "limit 6250b", 10_000_000},
 		// 123 kbit/s: the bulk bfifo keeps 4 full frames, the sparse one 4
 		// small ones.
-		{123_000, []string{"1:1 root rate 123Kbit ceil 123Kbit", "1:11 parent 1:1 leaf 11: prio 0 rate 107632bit ceil 123Kbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 15368bit ceil 123Kbit"}, "limit 6056b", "limit 1080b", 123_000},
-		{20_000_000, []string{"1:1 root rate 20Mbit ceil 20Mbit", "1:11 parent 1:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
-			"1:12 parent 1:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", "limit 12500b", 20_000_000},
+		{123_000, []string{"a5:1 root rate 123Kbit ceil 123Kbit", "a5:11 parent a5:1 leaf 11: prio 0 rate 107632bit ceil 123Kbit",
+			"a5:12 parent a5:1 leaf 12: prio 1 rate 15368bit ceil 123Kbit"}, "limit 6056b", "limit 1080b", 123_000},
+		{20_000_000, []string{"a5:1 root rate 20Mbit ceil 20Mbit", "a5:11 parent a5:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
+			"a5:12 parent a5:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", "limit 12500b", 20_000_000},
 	} {
 		if err := h.SetRate(l.ifindex, step.bps); err != nil {
 			t.Fatalf("SetRate(%d): %v", step.bps, err)
@@ -109,7 +201,7 @@ func TestHTBLifecycle(t *testing.T) {
 		for _, c := range step.classes {
 			mustContain(t, "tc class show", classes, "class htb "+c)
 		}
-		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 "+step.bfifo, "bfifo 11: parent 1:11 "+step.sparse)
+		mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent a5:12 "+step.bfifo, "bfifo 11: parent a5:11 "+step.sparse)
 		got, err := h.Rate(l.ifindex)
 		if err != nil {
 			t.Fatalf("Rate: %v", err)
@@ -170,9 +262,7 @@ func TestHTBDrops(t *testing.T) {
 	l := newHTBLink(t)
 	h := newHTB(testTC(t, l.ns), Framing{})
 	// 1 Mbit/s with a 3028-byte bfifo: a burst of 100 datagrams overflows.
-	if err := h.Create(l.ifindex, 1_000_000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, 1_000_000)
 	const n = 100
 	sendUDP(t, l.ns, l.peer.IP()+":9", n, 1000, 0)
 	var s Stats
@@ -225,7 +315,7 @@ func TestHTBFraming(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newHTBLink(t)
 			h := newHTB(testTC(t, l.ns), tt.framing)
-			if err := h.Create(l.ifindex, tt.bps); err != nil {
+			if err := h.Create(l.ifindex, tt.bps, false); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
 			mustContain(t, "tc -d class show", l.tcShow(t, true, "class"), tt.want...)
@@ -269,6 +359,14 @@ func TestHTBAttach(t *testing.T) {
 		"htb", "rate", "5mbit", "overhead", "18", "linklayer", "ethernet")...)
 
 	h := newHTB(testTC(t, l.ns), Framing{})
+	// Autoshape's own root handle finds nothing there.
+	if err := h.SetRate(l.ifindex, 8_000_000); !errors.Is(err, ErrNoQdisc) {
+		t.Errorf("SetRate on the HTB 1: as if it were a5:: got %v, want ErrNoQdisc", err)
+	}
+	if err := h.Remove(l.ifindex); !errors.Is(err, ErrNoQdisc) {
+		t.Errorf("Remove of the HTB 1: as if it were a5:: got %v, want ErrNoQdisc", err)
+	}
+	h.root = 0x0001_0000 // as Attach finds it
 	if got, err := h.Rate(l.ifindex); err != nil || got != 5_000_000 {
 		t.Fatalf("Rate = %d, %v; want 5000000", got, err)
 	}
@@ -301,7 +399,7 @@ func TestHTBErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHTB(testTC(t, l.ns), tt.framing)
-			err := h.Create(l.ifindex, tt.bps)
+			err := h.Create(l.ifindex, tt.bps, false)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Create: got %v, want an error containing %q", err, tt.want)
 			}
@@ -312,13 +410,13 @@ func TestHTBErrors(t *testing.T) {
 	}
 
 	h := newHTB(testTC(t, l.ns), Framing{})
-	if err := h.Create(l.ifindex+1000, 1_000_000); err == nil || !strings.Contains(err.Error(), "ifindex") {
+	if err := h.Create(l.ifindex+1000, 1_000_000, false); err == nil || !strings.Contains(err.Error(), "ifindex") {
 		t.Errorf("Create on a missing interface: got %v, want an error naming the ifindex", err)
 	}
 	// Another kind of root qdisc is neither used nor deleted.
 	runCmd(t, "tc", "-n", l.router.NS, "qdisc", "add", "dev", l.router.Dev, "root", "handle", "2:", "tbf",
 		"rate", "1mbit", "burst", "10kb", "latency", "50ms")
-	if err := h.Create(l.ifindex, 1_000_000); !errors.Is(err, fs.ErrExist) {
+	if err := h.Create(l.ifindex, 1_000_000, false); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("Create over a tbf: got %v, want an error wrapping fs.ErrExist", err)
 	}
 	if err := h.Remove(l.ifindex); err == nil {
@@ -334,24 +432,22 @@ func TestHTBErrors(t *testing.T) {
 func TestHTBSplitLikeIproute2(t *testing.T) {
 	l := newHTBLink(t)
 	h := newHTB(testTC(t, l.ns), Framing{})
-	if err := h.Create(l.ifindex, 2_000_000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, 2_000_000)
 	other := testEnd{NS: l.router.NS, Dev: "wan1"}
 	newTestVeth(t, other, testEnd{NS: l.router.NS, Dev: "isp1"})
 	tcDo := func(args ...string) {
 		runCmd(t, "tc", append([]string{"-n", other.NS}, args...)...)
 	}
-	tcDo("qdisc", "add", "dev", other.Dev, "root", "handle", "1:", "htb", "default", "12", "r2q", "10")
-	tcDo("class", "add", "dev", other.Dev, "parent", "1:", "classid", "1:1", "htb", "rate", "2mbit", "ceil", "2mbit")
-	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:11", "htb", "rate", "1750kbit", "ceil", "2mbit", "prio", "0")
-	tcDo("class", "add", "dev", other.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "250kbit", "ceil", "2mbit", "prio", "1")
-	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:11", "handle", "11:", "bfifo", "limit", "1250")
-	tcDo("qdisc", "add", "dev", other.Dev, "parent", "1:12", "handle", "12:", "bfifo", "limit", "6056")
-	tcDo("filter", "add", "dev", other.Dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-		"match", "u16", "0", "0xff00", "at", "2", "flowid", "1:11")
-	tcDo("filter", "add", "dev", other.Dev, "parent", "1:", "protocol", "ipv6", "prio", "2", "u32",
-		"match", "u16", "0", "0xff00", "at", "4", "flowid", "1:11")
+	tcDo("qdisc", "add", "dev", other.Dev, "root", "handle", "a5:", "htb", "default", "12", "r2q", "10")
+	tcDo("class", "add", "dev", other.Dev, "parent", "a5:", "classid", "a5:1", "htb", "rate", "2mbit", "ceil", "2mbit")
+	tcDo("class", "add", "dev", other.Dev, "parent", "a5:1", "classid", "a5:11", "htb", "rate", "1750kbit", "ceil", "2mbit", "prio", "0")
+	tcDo("class", "add", "dev", other.Dev, "parent", "a5:1", "classid", "a5:12", "htb", "rate", "250kbit", "ceil", "2mbit", "prio", "1")
+	tcDo("qdisc", "add", "dev", other.Dev, "parent", "a5:11", "handle", "11:", "bfifo", "limit", "1250")
+	tcDo("qdisc", "add", "dev", other.Dev, "parent", "a5:12", "handle", "12:", "bfifo", "limit", "6056")
+	tcDo("filter", "add", "dev", other.Dev, "parent", "a5:", "protocol", "ip", "prio", "1", "u32",
+		"match", "u16", "0", "0xff00", "at", "2", "flowid", "a5:11")
+	tcDo("filter", "add", "dev", other.Dev, "parent", "a5:", "protocol", "ipv6", "prio", "2", "u32",
+		"match", "u16", "0", "0xff00", "at", "4", "flowid", "a5:11")
 
 	for _, kind := range []string{"qdisc", "filter"} {
 		want := runCmd(t, "tc", "-n", other.NS, kind, "show", "dev", other.Dev)
@@ -363,7 +459,7 @@ func TestHTBSplitLikeIproute2(t *testing.T) {
 			t.Errorf("tc %s show: autoshape's (+) and iproute2's (-) differ:\n%s", kind, diff)
 		}
 	}
-	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"), "*flowid 1:11")
+	mustContain(t, "tc filter show", l.tcShow(t, false, "filter"), "*flowid a5:11")
 }
 
 // TestHTBSplitRepair starts SetRate from the state a failure part-way
@@ -371,22 +467,20 @@ func TestHTBSplitLikeIproute2(t *testing.T) {
 func TestHTBSplitRepair(t *testing.T) {
 	l := newHTBLink(t)
 	h := newHTB(testTC(t, l.ns), Framing{})
-	if err := h.Create(l.ifindex, 20_000_000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, 20_000_000)
 	tcDo := func(args ...string) {
 		runCmd(t, "tc", append([]string{"-n", l.router.NS}, args...)...)
 	}
-	at10 := []string{"class htb 1:1 root rate 10Mbit ceil 10Mbit",
-		"class htb 1:11 parent 1:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
-		"class htb 1:12 parent 1:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}
+	at10 := []string{"class htb a5:1 root rate 10Mbit ceil 10Mbit",
+		"class htb a5:11 parent a5:1 leaf 11: prio 0 rate 8750Kbit ceil 10Mbit",
+		"class htb a5:12 parent a5:1 leaf 12: prio 1 rate 1250Kbit ceil 10Mbit"}
 
-	// SetRate(10 Mbit/s) that failed before its last write, class 1:1:
+	// SetRate(10 Mbit/s) that failed before its last write, class a5:1:
 	// the bulk bfifo and both children are changed, the rate reads as
 	// 20 Mbit/s still.
-	tcDo("qdisc", "change", "dev", l.router.Dev, "parent", "1:12", "handle", "12:", "bfifo", "limit", "6250")
-	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:11", "htb", "rate", "8750kbit", "ceil", "10mbit", "prio", "0")
-	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "1250kbit", "ceil", "10mbit", "prio", "1")
+	tcDo("qdisc", "change", "dev", l.router.Dev, "parent", "a5:12", "handle", "12:", "bfifo", "limit", "6250")
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "a5:1", "classid", "a5:11", "htb", "rate", "8750kbit", "ceil", "10mbit", "prio", "0")
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "a5:1", "classid", "a5:12", "htb", "rate", "1250kbit", "ceil", "10mbit", "prio", "1")
 	if got, err := h.Rate(l.ifindex); err != nil || got != 20_000_000 {
 		t.Fatalf("Rate = %d, %v; want 20000000", got, err)
 	}
@@ -394,11 +488,11 @@ func TestHTBSplitRepair(t *testing.T) {
 		t.Fatalf("SetRate: %v", err)
 	}
 	mustContain(t, "tc class show", l.tcShow(t, false, "class"), at10...)
-	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent 1:12 limit 6250b")
+	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "bfifo 12: parent a5:12 limit 6250b")
 
-	// A child changed behind autoshape's back, class 1:1 as it was: the
+	// A child changed behind autoshape's back, class a5:1 as it was: the
 	// same rate again puts the child back.
-	tcDo("class", "change", "dev", l.router.Dev, "parent", "1:1", "classid", "1:12", "htb", "rate", "1mbit", "ceil", "1mbit", "prio", "1")
+	tcDo("class", "change", "dev", l.router.Dev, "parent", "a5:1", "classid", "a5:12", "htb", "rate", "1mbit", "ceil", "1mbit", "prio", "1")
 	if err := h.SetRate(l.ifindex, 10_000_000); err != nil {
 		t.Fatalf("SetRate: %v", err)
 	}
@@ -436,9 +530,7 @@ func TestHTBSplitClassifies(t *testing.T) {
 	}
 	conn := testTC(t, l.ns)
 	h := newHTB(conn, Framing{})
-	if err := h.Create(l.ifindex, 20_000_000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, 20_000_000)
 	v4, v6 := l.peer.IP()+":9", "[fd00:9::2]:9"
 	// Resolve both neighbours first: ARP and neighbour discovery add
 	// packets of their own to the counters.
@@ -516,9 +608,7 @@ func TestHTBSplitBacklog(t *testing.T) {
 	sendUDP(t, l.ns, l.peer.IP()+":9", 1, 10, 0)
 	// 8 kbit/s: a full frame takes a second, so the leaves stay full
 	// while they are read.
-	if err := h.Create(l.ifindex, 8000); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, 8000)
 	// More than the classes' bursts (a frame each) let through at once.
 	sendUDP(t, l.ns, l.peer.IP()+":9", 30, 100, 0)
 	sendUDP(t, l.ns, l.peer.IP()+":9", 6, 1000, 0)
@@ -701,9 +791,7 @@ func TestHTBSplitShares(t *testing.T) {
 	l := newHTBLink(t)
 	conn := testTC(t, l.ns)
 	h := newHTB(conn, Framing{})
-	if err := h.Create(l.ifindex, bps); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, bps)
 	// Small frames: 64 bytes of payload, 106 on the wire.
 	const smallFrame, bulkFrame = 64 + 8 + 20 + 14, 1400 + 8 + 20 + 14
 	stopBulk := startFlood(t, l, 1400, 2*rate/bulkFrame)
@@ -724,12 +812,14 @@ func TestHTBSplitShares(t *testing.T) {
 		period, sparse.Packets, float64(sparse.Bytes)*8/period.Seconds()/1000, float64(bulk.Bytes)*8/period.Seconds()/1000)
 	// The sender's own timing varies; the class must have passed what
 	// came, far more than R/8 (a quarter of what was sent), and dropped
-	// nothing.
+	// next to nothing: none where the sender keeps its pace, a few per cent
+	// on a kernel with one slow CPU (User-mode Linux), whose late ticks
+	// send bursts larger than the sparse bfifo.
 	if want := 0.4 * rate / smallFrame * period.Seconds() * 0.7; float64(sparse.Packets) < want {
 		t.Errorf("the sparse class sent %d small packets, want at least %.0f", sparse.Packets, want)
 	}
-	if d := after[htbSparseClass].Drops; d != 0 {
-		t.Errorf("the sparse class dropped %d packets, want none", d)
+	if d := after[htbSparseClass].Drops; float64(d) > 0.05*float64(sparse.Packets+d) {
+		t.Errorf("the sparse class dropped %d packets of %d, want at most 5 %%", d, sparse.Packets+d)
 	}
 	if want := rate / 8 * period.Seconds() * 0.8; float64(bulk.Bytes) < want {
 		t.Errorf("the bulk class sent %d bytes, want at least %.0f (an eighth of the rate)", bulk.Bytes, want)
@@ -747,9 +837,7 @@ func TestHTBSplitSparseDelay(t *testing.T) {
 	rate := float64(bps / 8)
 	l := newHTBLink(t)
 	h := newHTB(testTC(t, l.ns), Framing{})
-	if err := h.Create(l.ifindex, bps); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	createSplit(t, h, l.ifindex, bps)
 	split := probeUnderLoad(t, l, rate, probes)
 	stats, err := h.Stats(l.ifindex)
 	if err != nil {

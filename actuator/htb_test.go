@@ -364,7 +364,7 @@ func TestHTBChildOptions(t *testing.T) {
 }
 
 // TestFindSplit tells autoshape's priority split from other trees under
-// class 1:1.
+// the top class.
 func TestFindSplit(t *testing.T) {
 	htbClass := func(handle, parent, leaf uint32) tc.Object {
 		return tc.Object{
@@ -384,31 +384,41 @@ func TestFindSplit(t *testing.T) {
 		{"single class", []tc.Object{htbClass(htbClassHandle, tc.HandleRoot, htbLeafHandle)}, false},
 		{"sparse class only", []tc.Object{top, sparse}, false},
 		{
-			// sqm-scripts' simple.qos: 1:11 to 1:13 with leaves 110: to 130:.
+			// sqm-scripts' simple.qos: 1:11 to 1:13 with leaves 110: to
+			// 130:, here under autoshape's major.
 			name: "simple.qos",
 			classes: []tc.Object{top,
 				htbClass(htbSparseClass, htbClassHandle, 0x0110_0000),
 				htbClass(htbBulkClass, htbClassHandle, 0x0120_0000),
-				htbClass(0x0001_0013, htbClassHandle, 0x0130_0000)},
+				htbClass(htbRootHandle|0x13, htbClassHandle, 0x0130_0000)},
 			want: false,
 		},
 		{"children of another parent", []tc.Object{top,
-			htbClass(htbSparseClass, 0x0001_0002, htbSparseLeaf),
-			htbClass(htbBulkClass, 0x0001_0002, htbBulkLeaf)}, false},
+			htbClass(htbSparseClass, htbRootHandle|2, htbSparseLeaf),
+			htbClass(htbBulkClass, htbRootHandle|2, htbBulkLeaf)}, false},
 		{"inner classes", []tc.Object{top,
 			htbClass(htbSparseClass, htbClassHandle, 0),
 			htbClass(htbBulkClass, htbClassHandle, 0)}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			children, ok := findSplit(tt.classes)
+			children, ok := findSplit(tt.classes, htbClassHandle)
 			if ok != tt.want {
 				t.Fatalf("findSplit: ok %t, want %t", ok, tt.want)
 			}
 			if ok && (children[0].Handle != htbSparseClass || children[1].Handle != htbBulkClass) {
-				t.Errorf("findSplit: classes %s, %s; want 1:11, 1:12",
+				t.Errorf("findSplit: classes %s, %s; want a5:11, a5:12",
 					handleString(children[0].Handle), handleString(children[1].Handle))
 			}
 		})
+	}
+	// The split an earlier autoshape built under 1:1, found from that class.
+	old := []tc.Object{htbClass(0x0001_0001, tc.HandleRoot, 0),
+		htbClass(0x0001_0011, 0x0001_0001, htbSparseLeaf), htbClass(0x0001_0012, 0x0001_0001, htbBulkLeaf)}
+	if _, ok := findSplit(old, 0x0001_0001); !ok {
+		t.Errorf("findSplit under 1:1: not found")
+	}
+	if _, ok := findSplit(old, htbClassHandle); ok {
+		t.Errorf("findSplit under a5:1 found the split under 1:1")
 	}
 }
 
@@ -434,8 +444,8 @@ func TestSparseFilterKeys(t *testing.T) {
 
 func TestHandleString(t *testing.T) {
 	for h, want := range map[uint32]string{
-		htbRootHandle: "1:", htbClassHandle: "1:1", htbSparseClass: "1:11",
-		htbBulkClass: "1:12", htbLeafHandle: "10:", htbBulkLeaf: "12:",
+		htbRootHandle: "a5:", htbClassHandle: "a5:1", htbSparseClass: "a5:11",
+		htbBulkClass: "a5:12", htbLeafHandle: "10:", htbBulkLeaf: "12:", 0x0001_0000: "1:",
 	} {
 		if got := handleString(h); got != want {
 			t.Errorf("handleString(%#x) = %q, want %q", h, got, want)

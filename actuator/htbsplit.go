@@ -17,14 +17,14 @@ import (
 // sqm-scripts' simple.qos, small packets go to a class of their own that
 // HTB serves first:
 //
-//	root 1: htb default 0x12
-//	└── class 1:1   rate R ceil R          (the rate autoshape owns)
-//	    ├── class 1:11  prio 0, rate 7R/8 ceil R → bfifo 11: (sparse)
-//	    └── class 1:12  prio 1, rate R/8  ceil R → bfifo 12: (bulk)
-//	u32 filters on 1:, to 1:11: IPv4 total length < 256 (pref 1),
+//	root a5: htb default 0x12
+//	└── class a5:1   rate R ceil R          (the rate autoshape owns)
+//	    ├── class a5:11  prio 0, rate 7R/8 ceil R → bfifo 11: (sparse)
+//	    └── class a5:12  prio 1, rate R/8  ceil R → bfifo 12: (bulk)
+//	u32 filters on a5:, to a5:11: IPv4 total length < 256 (pref 1),
 //	IPv6 payload length < 256 (pref 2)
 //
-// Everything else goes to the default class 1:12. HTB sends from a class
+// Everything else goes to the default class a5:12. HTB sends from a class
 // within its own rate without asking the parent, and prio only orders
 // borrowing, so it is the sparse class's large guaranteed rate, not its
 // prio, that lets small packets pass a saturated bulk class at once. With
@@ -34,10 +34,10 @@ import (
 // rate; at 7R/8 it gets what ATM framing leaves. The bulk class keeps R/8
 // however many small packets come, and both may borrow the whole rate.
 const (
-	htbSparseClass uint32 = 0x0001_0011 // 1:11
-	htbBulkClass   uint32 = 0x0001_0012 // 1:12
-	htbSparseLeaf  uint32 = 0x0011_0000 // 11:
-	htbBulkLeaf    uint32 = 0x0012_0000 // 12:
+	htbSparseClass        = htbRootHandle | 0x11 // a5:11
+	htbBulkClass          = htbRootHandle | 0x12 // a5:12
+	htbSparseLeaf  uint32 = 0x0011_0000          // 11:
+	htbBulkLeaf    uint32 = 0x0012_0000          // 12:
 )
 
 // Sizes and priorities of the split.
@@ -141,16 +141,16 @@ func htbSplit(bytes uint64) [2]htbChild {
 	}
 }
 
-// buildSplit adds root 1: with default class 1:12, class 1:1 at bytes/s,
-// the split under it and the filters. On any failure it deletes the root
-// again, and with it whatever it had added.
+// buildSplit adds root a5: with default class a5:12, class a5:1 at
+// bytes/s, the split under it and the filters. On any failure it deletes
+// the root again, and with it whatever it had added.
 func (h *htb) buildSplit(ifindex uint32, bytes uint64) error {
-	if err := h.addRoot(ifindex, htbBulkClass); err != nil {
+	if err := h.addRoot(ifindex, htbBulkClass, false); err != nil {
 		return err
 	}
 	spec := htbRateSpec(h.framing)
 	if err := h.addClass(ifindex, htbClassHandle, htbRootHandle, htbClassOptions(bytes, spec, htbQuantum(bytes), 0)); err != nil {
-		return h.undo(ifindex, fmt.Errorf("failed to add class 1:1: %w", err))
+		return h.undo(ifindex, fmt.Errorf("failed to add class %s: %w", handleString(htbClassHandle), err))
 	}
 	for _, c := range htbSplit(bytes) {
 		opts := htbChildOptions(c.rate, bytes, spec, htbQuantum(c.rate), c.prio)
@@ -174,15 +174,16 @@ func (h *htb) buildSplit(ifindex uint32, bytes uint64) error {
 }
 
 // findSplit returns the split's two classes among an interface's classes
-// when autoshape built it: classes 1:11 and 1:12 under 1:1 whose leaves
-// are 11: and 12:. Someone else's tree under 1:1 (sqm-scripts' simple.qos
-// also numbers its classes 1:11 to 1:13, with leaves 110: to 130:) is not
-// the split; ok is false then.
-func findSplit(classes []tc.Object) (children [2]tc.Object, ok bool) {
-	want := [2]struct{ class, leaf uint32 }{{htbSparseClass, htbSparseLeaf}, {htbBulkClass, htbBulkLeaf}}
+// when autoshape built it under the top class X:1: classes X:11 and X:12
+// whose leaves are 11: and 12:. Someone else's tree (sqm-scripts'
+// simple.qos also numbers its classes 1:11 to 1:13, with leaves 110: to
+// 130:) is not the split; ok is false then.
+func findSplit(classes []tc.Object, top uint32) (children [2]tc.Object, ok bool) {
+	major := top & 0xffff_0000
+	want := [2]struct{ class, leaf uint32 }{{major | 0x11, htbSparseLeaf}, {major | 0x12, htbBulkLeaf}}
 	found := 0
 	for _, c := range classes {
-		if c.Kind != "htb" || c.Htb == nil || c.Htb.Parms == nil || c.Parent != htbClassHandle {
+		if c.Kind != "htb" || c.Htb == nil || c.Htb.Parms == nil || c.Parent != top {
 			continue
 		}
 		for i, w := range want {
@@ -196,11 +197,11 @@ func findSplit(classes []tc.Object) (children [2]tc.Object, ok bool) {
 	return children, found == len(want)
 }
 
-// setSplitRate changes the split to a rate of bytes/s: class 1:1 to top,
+// setSplitRate changes the split to a rate of bytes/s: the top class to top,
 // both children to their shares with the rate as ceiling, and both bfifos
 // to their sizes at the rate. Each keeps its link layer, overhead, MPU,
 // quantum and priority as the kernel holds them, and only what differs is
-// written. Class 1:1 is written last: Rate reads it, so after a failure
+// written. The top class is written last: Rate reads it, so after a failure
 // part-way the rate still reads as the old one and the next SetRate does
 // what is left.
 func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *tc.Htb, children [2]tc.Object) error {
@@ -212,11 +213,11 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 	for i, c := range htbSplit(bytes) {
 		want := keptOptions(children[i].Htb, c.rate, bytes)
 		if !sameClassRate(children[i].Htb, want) {
-			writes = append(writes, write{c.class, htbClassHandle, want})
+			writes = append(writes, write{children[i].Handle, class.Handle, want})
 		}
 	}
 	if !sameClassRate(class.Htb, top) {
-		writes = append(writes, write{htbClassHandle, class.Parent, top})
+		writes = append(writes, write{class.Handle, class.Parent, top})
 	}
 	if len(writes) == 0 {
 		return nil
@@ -225,8 +226,8 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 	// after them are the ones a retry finds undone.
 	split := htbSplit(bytes)
 	if err := h.resizeLeaves(ifindex,
-		leafSize{split[0].leaf, split[0].class, split[0].fifoLimit},
-		leafSize{split[1].leaf, split[1].class, split[1].fifoLimit}); err != nil {
+		leafSize{split[0].leaf, children[0].Handle, split[0].fifoLimit},
+		leafSize{split[1].leaf, children[1].Handle, split[1].fifoLimit}); err != nil {
 		return err
 	}
 	for _, w := range writes {
@@ -241,7 +242,7 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 	return nil
 }
 
-// handleString writes a handle as tc prints it: "1:11", "12:".
+// handleString writes a handle as tc prints it: "a5:11", "12:".
 func handleString(h uint32) string {
 	if h&0xffff == 0 {
 		return fmt.Sprintf("%x:", h>>16)
@@ -258,12 +259,12 @@ type sparseFilter struct {
 	key      tc.U32Key
 }
 
-// sparseFilterSpecs are the filters on root 1:, as iproute2 writes them:
+// sparseFilterSpecs are the filters on root a5:, as iproute2 writes them:
 //
-//	tc filter add dev DEV parent 1: protocol ip prio 1 u32 \
-//		match u16 0 0xff00 at 2 flowid 1:11
-//	tc filter add dev DEV parent 1: protocol ipv6 prio 2 u32 \
-//		match u16 0 0xff00 at 4 flowid 1:11
+//	tc filter add dev DEV parent a5: protocol ip prio 1 u32 \
+//		match u16 0 0xff00 at 2 flowid a5:11
+//	tc filter add dev DEV parent a5: protocol ipv6 prio 2 u32 \
+//		match u16 0 0xff00 at 4 flowid a5:11
 //
 // u32 offsets count from the network header, on an interface's egress and
 // on an IFB alike. The keys are 32-bit words: IPv4's total length is the

@@ -30,10 +30,14 @@ func TestIFBRedirect(t *testing.T) {
 			t.Errorf("ensureIFB #%d: created %t, want %t", i+1, created, want)
 		}
 	}
-	mustContain(t, "ip link show", runCmd(t, "ip", "-n", l.router.NS, "link", "show", ifb), "state UNKNOWN", ",UP,")
-	for i := range 2 {
-		if err := redirectIngress(h, l.router.Dev, ifb); err != nil {
+	mustContain(t, "ip link show", runCmd(t, "ip", "-n", l.router.NS, "link", "show", ifb), "state UNKNOWN", ",UP,", "alias autoshape")
+	for i, want := range []bool{true, false} {
+		added, err := redirectIngress(h, l.router.Dev, ifb)
+		if err != nil {
 			t.Fatalf("redirectIngress #%d: %v", i+1, err)
+		}
+		if added != want {
+			t.Errorf("redirectIngress #%d: added %t, want %t", i+1, added, want)
 		}
 	}
 	filters := runCmd(t, "tc", "-n", l.router.NS, "filter", "show", "dev", l.router.Dev, "ingress")
@@ -44,7 +48,7 @@ func TestIFBRedirect(t *testing.T) {
 
 	shaper := newHTB(testTC(t, l.ns), Framing{})
 	ifbIndex := testIfindex(t, h, ifb)
-	if err := shaper.Create(ifbIndex, 50_000_000); err != nil {
+	if err := shaper.Create(ifbIndex, 50_000_000, false); err != nil {
 		t.Fatalf("Create on the IFB: %v", err)
 	}
 	_, tx0, err := linkCounters(h, ifb)
@@ -73,8 +77,8 @@ func TestIFBRedirect(t *testing.T) {
 	}
 
 	for i := range 2 {
-		if err := removeIngress(h, l.router.Dev); err != nil {
-			t.Fatalf("removeIngress #%d: %v", i+1, err)
+		if err := removeRedirect(h, l.router.Dev, int(ifbIndex)); err != nil {
+			t.Fatalf("removeRedirect #%d: %v", i+1, err)
 		}
 		if err := deleteIFB(h, ifb); err != nil {
 			t.Fatalf("deleteIFB #%d: %v", i+1, err)
@@ -95,25 +99,69 @@ func TestIFBErrors(t *testing.T) {
 	if err := deleteIFB(h, dev); err == nil || !strings.Contains(err.Error(), "it is a veth link") {
 		t.Errorf("deleteIFB on a veth: got %v", err)
 	}
-	if err := redirectIngress(h, "nosuch0", dev); err == nil || !strings.Contains(err.Error(), `"nosuch0"`) {
+	if _, err := redirectIngress(h, "nosuch0", dev); err == nil || !strings.Contains(err.Error(), `"nosuch0"`) {
 		t.Errorf("redirectIngress from a missing interface: got %v", err)
 	}
-	if err := redirectIngress(h, dev, "nosuch1"); err == nil || !strings.Contains(err.Error(), `"nosuch1"`) {
+	if _, err := redirectIngress(h, dev, "nosuch1"); err == nil || !strings.Contains(err.Error(), `"nosuch1"`) {
 		t.Errorf("redirectIngress to a missing IFB: got %v", err)
 	}
-	if err := removeIngress(h, "nosuch2"); err == nil || !strings.Contains(err.Error(), `"nosuch2"`) {
-		t.Errorf("removeIngress on a missing interface: got %v", err)
+	if err := removeRedirect(h, "nosuch2", 1); err == nil || !strings.Contains(err.Error(), `"nosuch2"`) {
+		t.Errorf("removeRedirect on a missing interface: got %v", err)
 	}
 	// A clsact qdisc holds the ingress hook for someone else.
 	runCmd(t, "tc", "-n", l.router.NS, "qdisc", "add", "dev", dev, "clsact")
 	if _, err := ensureIFB(h, "ifb0"); err != nil {
 		t.Fatalf("ensureIFB: %v", err)
 	}
-	if err := redirectIngress(h, dev, "ifb0"); err == nil || !strings.Contains(err.Error(), "clsact") {
+	if _, err := redirectIngress(h, dev, "ifb0"); err == nil || !strings.Contains(err.Error(), "clsact") {
 		t.Errorf("redirectIngress with a clsact qdisc: got %v", err)
 	}
-	if err := removeIngress(h, dev); err == nil {
-		t.Errorf("removeIngress with a clsact qdisc: got nil, want an error")
+	if err := removeRedirect(h, dev, int(testIfindex(t, h, "ifb0"))); err == nil {
+		t.Errorf("removeRedirect with a clsact qdisc: got nil, want an error")
 	}
 	mustContain(t, "tc qdisc show", runCmd(t, "tc", "-n", l.router.NS, "qdisc", "show", "dev", dev), "qdisc clsact ffff: parent ffff:fff1")
+}
+
+// TestRemoveRedirectKeepsOthers: removing autoshape's redirect leaves other
+// ingress filters, at its own preference or another, and the ingress qdisc
+// that holds them.
+func TestRemoveRedirectKeepsOthers(t *testing.T) {
+	l := newHTBLink(t)
+	h := testNetlink(t, l.ns)
+	ns, dev := l.router.NS, l.router.Dev
+	for _, ifb := range []string{"ifb0", "ifb1"} {
+		if _, err := ensureIFB(h, ifb); err != nil {
+			t.Fatalf("ensureIFB: %v", err)
+		}
+	}
+	if _, err := redirectIngress(h, dev, "ifb0"); err != nil {
+		t.Fatalf("redirectIngress: %v", err)
+	}
+	// Someone else's filters: one at another preference, and a redirect to
+	// another IFB at autoshape's own preference (as sqm-scripts adds it).
+	runCmd(t, "tc", "-n", ns, "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip", "prio", "5",
+		"u32", "match", "ip", "src", "192.0.2.1/32", "flowid", "1:1")
+	runCmd(t, "tc", "-n", ns, "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all", "prio", "10",
+		"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "ifb1")
+	if err := removeRedirect(h, dev, int(testIfindex(t, h, "ifb0"))); err != nil {
+		t.Fatalf("removeRedirect: %v", err)
+	}
+	filters := runCmd(t, "tc", "-n", ns, "filter", "show", "dev", dev, "ingress")
+	mustContain(t, "tc filter show", filters, "pref 5 u32", "match c0000201/ffffffff at 12", "Redirect to device ifb1")
+	if strings.Contains(filters, "ifb0") {
+		t.Errorf("the redirect to ifb0 is still there:\n%s", filters)
+	}
+	// Then the other redirect, and the one at preference 5 by hand: with
+	// no filter left the ingress qdisc goes too.
+	if err := removeRedirect(h, dev, int(testIfindex(t, h, "ifb1"))); err != nil {
+		t.Fatalf("removeRedirect: %v", err)
+	}
+	mustContain(t, "tc qdisc show", runCmd(t, "tc", "-n", ns, "qdisc", "show", "dev", dev), "qdisc ingress ffff:")
+	runCmd(t, "tc", "-n", ns, "filter", "del", "dev", dev, "parent", "ffff:", "prio", "5")
+	if err := removeRedirect(h, dev, int(testIfindex(t, h, "ifb1"))); err != nil {
+		t.Fatalf("removeRedirect: %v", err)
+	}
+	if got := runCmd(t, "tc", "-n", ns, "qdisc", "show", "dev", dev); strings.Contains(got, "ingress") {
+		t.Errorf("the empty ingress qdisc is still there:\n%s", got)
+	}
 }

@@ -58,6 +58,12 @@ type SetupConfig struct {
 	Cake CakeOptions
 	// NetNS is a network namespace handle to work in, 0 for the current one.
 	NetNS int
+	// Replace lets Setup replace a root qdisc on the interface or on its
+	// IFB that autoshape did not create (sqm-scripts', say). Without it
+	// Setup changes nothing there and fails with a *ForeignQdiscError.
+	// What it replaces is gone for good: Remove leaves the kernel's default
+	// root in its place.
+	Replace bool
 }
 
 // Validate reports the first problem with c before anything is touched.
@@ -93,8 +99,9 @@ func (c SetupConfig) ifb() string {
 }
 
 // A Link is the shaping of one WAN interface in both directions: the upload
-// shaper on the interface's root, the download shaper on its IFB's root. It
-// remembers what it created, so Remove takes away exactly that.
+// shaper on the interface's root, the download shaper on its IFB's root.
+// After Setup, Remove takes away what carries autoshape's mark (owner.go);
+// after Attach it removes nothing.
 type Link struct {
 	iface, ifb string
 	netns      int
@@ -104,8 +111,12 @@ type Link struct {
 	// mu serialises the two shapers' use of the shared connections.
 	mu sync.Mutex
 
-	// What Setup created, for Remove.
-	createdIFB, createdIngress, createdUp, createdDown bool
+	// own: the shaping is autoshape's (Setup, RemoveShaping), so Remove
+	// removes what carries its mark.
+	own bool
+	// addedRedirect: Setup added the ingress redirect, to an IFB that
+	// need not be autoshape's.
+	addedRedirect bool
 }
 
 // open connects to the kernel's traffic control and link netlink in the
@@ -143,8 +154,12 @@ func openLinkHandle(netns int) (*netlink.Handle, error) {
 	return h, nil
 }
 
-// Setup creates the shaping cfg describes. On any failure it removes what it
-// had created and returns the error: nothing is left half-configured.
+// Setup creates the shaping cfg describes. It first looks at the roots of
+// the interface and of an existing IFB: one that autoshape did not create
+// makes it fail with a *ForeignQdiscError before anything is changed,
+// unless cfg.Replace; one that it did create (left by a crash) is replaced.
+// On any later failure it removes what it had created and returns the
+// error: nothing is left half-configured.
 func Setup(cfg SetupConfig) (l *Link, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -153,7 +168,12 @@ func Setup(cfg SetupConfig) (l *Link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &Link{iface: cfg.Iface, ifb: cfg.ifb(), netns: cfg.NetNS, conn: conn, nl: h}
+	l = &Link{iface: cfg.Iface, ifb: cfg.ifb(), netns: cfg.NetNS, conn: conn, nl: h, own: true}
+	upRoot, downRoot, err := l.look(cfg.Replace)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			if rerr := l.Remove(); rerr != nil {
@@ -162,29 +182,64 @@ func Setup(cfg SetupConfig) (l *Link, err error) {
 			l = nil
 		}
 	}()
-	if _, err := ifindex(h, cfg.Iface); err != nil {
-		return l, err
-	}
 
 	upBackend, downBackend := l.backends(cfg)
-	if err := l.createRoot(cfg.Iface, upBackend, cfg.Up, &l.createdUp); err != nil {
+	if err := l.createRoot(cfg.Iface, upBackend, cfg.Up, upRoot); err != nil {
 		return l, err
 	}
-	created, err := ensureIFB(h, l.ifb)
-	l.createdIFB = created
-	if err != nil {
+	if _, err := ensureIFB(h, l.ifb); err != nil {
 		return l, fmt.Errorf("failed to set up IFB %q: %w", l.ifb, kernelErr(err))
 	}
-	if err := redirectIngress(h, cfg.Iface, l.ifb); err != nil {
+	added, err := redirectIngress(h, cfg.Iface, l.ifb)
+	l.addedRedirect = added
+	if err != nil {
 		return l, fmt.Errorf("failed to redirect %q's ingress to %q: %w", cfg.Iface, l.ifb, kernelErr(err))
 	}
-	l.createdIngress = true
-	if err := l.createRoot(l.ifb, downBackend, cfg.Down, &l.createdDown); err != nil {
+	if err := l.createRoot(l.ifb, downBackend, cfg.Down, downRoot); err != nil {
 		return l, err
 	}
 	l.up = &ifaceShaper{name: cfg.Iface, nl: h, b: upBackend, mu: &l.mu}
 	l.down = &ifaceShaper{name: l.ifb, nl: h, b: downBackend, mu: &l.mu}
 	return l, nil
+}
+
+// look reads the roots of the interface and of the IFB (the zero rootQdisc
+// when the IFB does not exist yet) and checks that Setup may go on: a root
+// that autoshape did not create is an error without replace, and the IFB's
+// name must not be taken by another kind of link.
+func (l *Link) look(replace bool) (up, down rootQdisc, err error) {
+	idx, err := ifindex(l.nl, l.iface)
+	if err != nil {
+		return up, down, err
+	}
+	if up, err = readRoot(l.conn, idx); err != nil {
+		return up, down, fmt.Errorf("failed to read the qdiscs of %q: %w", l.iface, kernelErr(err))
+	}
+	if err := checkForeign(l.iface, up, replace); err != nil {
+		return up, down, err
+	}
+	link, err := l.nl.LinkByName(l.ifb)
+	switch {
+	case errors.As(err, new(netlink.LinkNotFoundError)):
+		return up, down, nil
+	case err != nil:
+		return up, down, linkErr("read IFB", l.ifb, err)
+	case link.Type() != "ifb":
+		return up, down, fmt.Errorf("failed to use %q as an IFB: it is a %s link", l.ifb, link.Type())
+	}
+	if down, err = readRoot(l.conn, uint32(link.Attrs().Index)); err != nil {
+		return up, down, fmt.Errorf("failed to read the qdiscs of %q: %w", l.ifb, kernelErr(err))
+	}
+	return up, down, checkForeign(l.ifb, down, replace)
+}
+
+// checkForeign returns a *ForeignQdiscError for a root on the named
+// interface that autoshape did not create, unless replace.
+func checkForeign(name string, r rootQdisc, replace bool) error {
+	if r.isDefault() || r.isOwn() || replace {
+		return nil
+	}
+	return &ForeignQdiscError{Iface: name, Kind: r.Kind, Handle: r.Handle}
 }
 
 // backends builds the two directions' backends for cfg.
@@ -200,29 +255,38 @@ func (l *Link) backends(cfg SetupConfig) (up, down backend) {
 	return l.newCake(cfg.Framing, cfg.Cake), l.newCake(cfg.Framing, downOpts)
 }
 
-// newCake returns a CAKE backend working in the link's namespace.
+// newCake returns a CAKE backend working in the link's namespace on
+// autoshape's own root.
 func (l *Link) newCake(f Framing, o CakeOptions) *cake {
 	c := newCake(l.conn, f, o)
 	c.netns = l.netns
 	return c
 }
 
-// createRoot creates b's shaping on the named interface and records it.
-func (l *Link) createRoot(name string, b backend, bps uint64, created *bool) error {
+// createRoot creates b's shaping on the named interface, whose root was
+// found to be was: autoshape's own is removed first, anyone else's (which
+// look let through only to be replaced) is replaced.
+func (l *Link) createRoot(name string, b backend, bps uint64, was rootQdisc) error {
 	idx, err := ifindex(l.nl, name)
 	if err != nil {
 		return err
 	}
-	if err := b.Create(idx, bps); err != nil {
+	if was.isOwn() {
+		if err := l.removeOwnRoot(name); err != nil {
+			return err
+		}
+	}
+	replace := !was.isDefault() && !was.isOwn()
+	if err := b.Create(idx, bps, replace); err != nil {
 		return fmt.Errorf("failed to create %s shaping on %q: %w", b.Kind(), name, err)
 	}
-	*created = true
 	return nil
 }
 
 // Attach finds shaping that something else created (OpenWrt's sqm-scripts
 // makes CAKE or HTB on the WAN and on ifb4<wan>) and returns a Link that only
-// changes its rates; Remove then removes nothing.
+// changes the rates of the two root qdiscs it found, and only while they
+// are there; Remove then removes nothing.
 func Attach(iface, ifb string, netns int) (*Link, error) {
 	if ifb == "" {
 		ifb = DefaultIFB(iface)
@@ -246,44 +310,30 @@ func Attach(iface, ifb string, netns int) (*Link, error) {
 	return l, nil
 }
 
-// detect returns a backend for the root qdisc on the named interface.
+// detect returns a backend for the root qdisc on the named interface, bound
+// to that qdisc's handle.
 func (l *Link) detect(name string) (backend, error) {
 	idx, err := ifindex(l.nl, name)
 	if err != nil {
 		return nil, err
 	}
-	kind, err := rootKind(l.conn, idx)
+	root, err := readRoot(l.conn, idx)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the qdiscs of %q: %w", name, kernelErr(err))
 	}
-	switch kind {
-	case "cake":
-		return l.newCake(Framing{}, CakeOptions{}), nil
-	case "htb":
-		return newHTB(l.conn, Framing{}), nil
-	case "":
-		return nil, fmt.Errorf("%q has no root qdisc to attach to: %w", name, ErrNoQdisc)
+	switch {
+	case root.isDefault():
+		return nil, fmt.Errorf("%q has only the kernel's default root qdisc (%s), nothing to attach to: %w", name, root, ErrNoQdisc)
+	case root.Kind == "cake":
+		c := l.newCake(Framing{}, CakeOptions{})
+		c.handle = root.Handle
+		return c, nil
+	case root.Kind == "htb":
+		h := newHTB(l.conn, Framing{})
+		h.root = root.Handle
+		return h, nil
 	}
-	return nil, fmt.Errorf("%q's root qdisc is %s, not cake or htb: %w", name, kind, ErrNoQdisc)
-}
-
-// rootKind returns the kind of ifindex's root qdisc, "" when there is none
-// (or only the kernel's default).
-func rootKind(conn *tc.Tc, idx uint32) (string, error) {
-	qs, err := conn.Qdisc().Get()
-	if err != nil {
-		return "", err
-	}
-	for _, q := range qs {
-		if q.Ifindex == idx && q.Parent == tc.HandleRoot {
-			switch q.Kind {
-			case "noqueue", "pfifo_fast", "mq":
-				return "", nil
-			}
-			return q.Kind, nil
-		}
-	}
-	return "", nil
+	return nil, fmt.Errorf("%q's root qdisc is %s, not cake or htb: %w", name, root, ErrNoQdisc)
 }
 
 // Up returns the upload shaper (the WAN's egress).
@@ -292,42 +342,65 @@ func (l *Link) Up() Shaper { return l.up }
 // Down returns the download shaper (the IFB).
 func (l *Link) Down() Shaper { return l.down }
 
-// Remove deletes exactly what Setup created, in reverse order, and closes
-// the link. After Attach it removes nothing.
+// Remove deletes what carries autoshape's mark (owner.go) after Setup, in
+// reverse order, and closes the link: its root qdiscs on the interface and
+// on the IFB, the ingress redirect to the IFB when that is autoshape's or
+// Setup added the redirect, and the IFB when it is autoshape's. Whatever
+// else is there is left as it is. After Attach it removes nothing.
 func (l *Link) Remove() error {
 	var errs []error
-	if l.createdDown {
-		errs = append(errs, l.removeRoot(l.ifb))
+	if l.own {
+		errs = append(errs, l.removeDown())
+		errs = append(errs, l.removeOwnRoot(l.iface))
 	}
-	if l.createdIngress {
-		if err := removeIngress(l.nl, l.iface); err != nil {
-			errs = append(errs, fmt.Errorf("failed to remove %q's ingress redirect: %w", l.iface, err))
-		}
-	}
-	if l.createdIFB {
-		if err := deleteIFB(l.nl, l.ifb); err != nil {
-			errs = append(errs, fmt.Errorf("failed to delete IFB %q: %w", l.ifb, err))
-		}
-	}
-	if l.createdUp {
-		errs = append(errs, l.removeRoot(l.iface))
-	}
-	l.createdDown, l.createdIngress, l.createdIFB, l.createdUp = false, false, false, false
+	l.own, l.addedRedirect = false, false
 	errs = append(errs, l.Close())
 	return errors.Join(errs...)
 }
 
-func (l *Link) removeRoot(name string) error {
+// removeDown removes the download side: autoshape's root on the IFB, the
+// redirect to it, and the IFB itself if autoshape's. A missing IFB has
+// nothing to remove.
+func (l *Link) removeDown() error {
+	link, err := l.nl.LinkByName(l.ifb)
+	switch {
+	case errors.As(err, new(netlink.LinkNotFoundError)):
+		return nil
+	case err != nil:
+		return linkErr("read IFB", l.ifb, err)
+	}
+	var errs []error
+	errs = append(errs, l.removeOwnRoot(l.ifb))
+	own := isOwnIFB(link)
+	if own || l.addedRedirect {
+		if err := removeRedirect(l.nl, l.iface, link.Attrs().Index); err != nil && !errors.Is(err, ErrLinkGone) {
+			errs = append(errs, fmt.Errorf("failed to remove %q's ingress redirect: %w", l.iface, err))
+		}
+	}
+	if own {
+		if err := deleteIFB(l.nl, l.ifb); err != nil {
+			errs = append(errs, fmt.Errorf("failed to delete IFB %q: %w", l.ifb, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeOwnRoot deletes the named interface's root qdisc if autoshape
+// created it.
+func (l *Link) removeOwnRoot(name string) error {
 	idx, err := ifindex(l.nl, name)
 	if err != nil {
 		return err
 	}
-	kind, err := rootKind(l.conn, idx)
-	if err != nil || kind == "" {
-		return err
+	root, err := readRoot(l.conn, idx)
+	if err != nil {
+		return fmt.Errorf("failed to read the qdiscs of %q: %w", name, kernelErr(err))
+	}
+	if !root.isOwn() {
+		return nil
 	}
 	var b backend = newHTB(l.conn, Framing{})
-	if kind == "cake" {
+	if root.Kind == "cake" {
 		b = l.newCake(Framing{}, CakeOptions{})
 	}
 	if err := b.Remove(idx); err != nil {
@@ -350,9 +423,10 @@ func (l *Link) Close() error {
 	return nil
 }
 
-// RemoveShaping removes what `autoshape shape` creates on iface: the root
-// qdiscs of iface and its IFB, the ingress redirect, and the IFB itself. It
-// is the one-shot counterpart of Setup for a later process.
+// RemoveShaping removes, from a later process, what autoshape created on
+// iface and its IFB (`autoshape shape`, or a daemon that crashed): what
+// carries autoshape's mark, as Link.Remove after Setup does. Shaping that
+// autoshape did not create (sqm-scripts' roots and ifb4<iface>) stays.
 func RemoveShaping(iface, ifb string, netns int) error {
 	if ifb == "" {
 		ifb = DefaultIFB(iface)
@@ -366,10 +440,7 @@ func RemoveShaping(iface, ifb string, netns int) error {
 		h.Close()
 		return err
 	}
-	l := &Link{iface: iface, ifb: ifb, netns: netns, conn: conn, nl: h, createdUp: true}
-	if link, err := h.LinkByName(ifb); err == nil && link.Type() == "ifb" {
-		l.createdDown, l.createdIngress, l.createdIFB = true, true, true
-	}
+	l := &Link{iface: iface, ifb: ifb, netns: netns, conn: conn, nl: h, own: true}
 	return l.Remove()
 }
 

@@ -27,6 +27,7 @@ func RealKernel() bool { return os.Getenv(EnvRealKernel) == "1" }
 // tests that call it do.
 func RequireQdisc(tb testing.TB, kinds ...string) {
 	tb.Helper()
+	requireRoot(tb)
 	for _, kind := range kinds {
 		ok, err := HasQdisc(kind)
 		switch {
@@ -48,12 +49,21 @@ func RequireQdisc(tb testing.TB, kinds ...string) {
 // them skip.
 func RequireNoQdisc(tb testing.TB, kind string) {
 	tb.Helper()
+	requireRoot(tb)
 	ok, err := HasQdisc(kind)
 	if err != nil {
 		tb.Fatalf("failed to find out whether the kernel has the %s qdisc: %v", kind, err)
 	}
 	if ok {
 		tb.Skipf("skipping: the kernel has the %s qdisc, and this test needs a kernel without it", kind)
+	}
+}
+
+// requireRoot skips tb unless it runs as root, which the probe needs.
+func requireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("skipping: needs root to create network namespaces and find out which qdiscs the kernel has")
 	}
 }
 
@@ -65,7 +75,7 @@ var (
 
 // HasQdisc reports whether the kernel has the qdisc kind: it adds one as the
 // root of the loopback device of a network namespace of its own, which it
-// then deletes. The answer is remembered for the process.
+// then deletes. The answer is remembered for the process. It needs root.
 func HasQdisc(kind string) (bool, error) {
 	mu.Lock()
 	defer mu.Unlock()
