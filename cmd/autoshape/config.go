@@ -49,6 +49,7 @@ type rawLink struct {
 	IFB       string       `toml:"ifb"`
 	Backend   string       `toml:"backend"`
 	Mode      string       `toml:"mode"`
+	Replace   bool         `toml:"replace"`
 	Budget    string       `toml:"budget"`
 	Policy    string       `toml:"policy"`
 	Overhead  int          `toml:"overhead"`
@@ -102,6 +103,7 @@ type LinkConfig struct {
 	Name, Interface, IFB string
 	Backend              actuator.Backend
 	Attach               bool // attach to shaping something else made
+	Replace              bool // setup mode: replace other software's root qdiscs
 	Budget               time.Duration
 	Policy               PolicyName
 	Framing              actuator.Framing
@@ -230,6 +232,10 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	default:
 		return l, keyErr("mode", "%q is neither \"setup\" nor \"attach\"", rl.Mode)
 	}
+	if rl.Replace && l.Attach {
+		return l, keyErr("replace", "true only goes with mode = \"setup\": attach mode never replaces a qdisc")
+	}
+	l.Replace = rl.Replace
 	l.Budget = 15 * time.Millisecond
 	if rl.Budget != "" {
 		d, err := time.ParseDuration(rl.Budget)

@@ -22,7 +22,7 @@ func TestReferenceConfigParses(t *testing.T) {
 	}
 	l := cfg.Links[0]
 	switch {
-	case l.Interface != "wan" || l.IFB != "ifb4wan" || l.Backend != actuator.CAKE || l.Attach:
+	case l.Interface != "wan" || l.IFB != "ifb4wan" || l.Backend != actuator.CAKE || l.Attach || l.Replace:
 		t.Errorf("link = %+v", l)
 	case l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Framing.Overhead != 44 || l.Method != estimator.Auto:
 		t.Errorf("link = %+v", l)
@@ -52,7 +52,7 @@ func TestMinimalConfig(t *testing.T) {
 		t.Fatalf("parseConfig() failed: %v", err)
 	}
 	l := cfg.Links[0]
-	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != estimator.Auto {
+	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != estimator.Auto || l.Replace {
 		t.Errorf("defaults not applied: %+v", l)
 	}
 	if cfg.StateFile == "" || cfg.MetricsListen == "" {
@@ -72,6 +72,8 @@ func TestBadConfigs(t *testing.T) {
 		{"no interface", with(`interface = "wan"`, ""), "link[0].interface: missing"},
 		{"bad backend", with(`interface = "wan"`, "interface = \"wan\"\nbackend = \"tbf\""), `link[0].backend: unknown backend "tbf"`},
 		{"bad mode", with(`interface = "wan"`, "interface = \"wan\"\nmode = \"steal\""), `link[0].mode: "steal"`},
+		{"replace in attach mode", with(`interface = "wan"`, "interface = \"wan\"\nmode = \"attach\"\nreplace = true"), `link[0].replace: true only goes with mode = "setup"`},
+		{"replace not a boolean", with(`interface = "wan"`, "interface = \"wan\"\nreplace = \"yes\""), "replace"},
 		{"negative budget", with(`interface = "wan"`, "interface = \"wan\"\nbudget = \"-5ms\""), "link[0].budget"},
 		{"garbage budget", with(`interface = "wan"`, "interface = \"wan\"\nbudget = \"soon\""), `link[0].budget: "soon"`},
 		{"unknown policy", with(`interface = "wan"`, "name = \"x\"\ninterface = \"wan\"\npolicy = \"foo\""), `link[0] (x).policy: "foo" is neither "budget" nor "classic"`},
@@ -175,5 +177,23 @@ func TestPolicyChoice(t *testing.T) {
 				t.Errorf("the daemon runs the %q policy, want %q", p.Name(), tt.want)
 			}
 		})
+	}
+}
+
+// TestReplaceKey: replace = true lets setup mode replace other software's
+// root qdiscs; a changed replace restarts the link on reload.
+func TestReplaceKey(t *testing.T) {
+	cfg, err := parseConfig(strings.Replace(minimalLink, `interface = "wan"`, "interface = \"wan\"\nmode = \"setup\"\nreplace = true", 1))
+	if err != nil {
+		t.Fatalf("parseConfig() failed: %v", err)
+	}
+	l := cfg.Links[0]
+	if !l.Replace || l.Attach {
+		t.Errorf("link = %+v, want Replace in setup mode", l)
+	}
+	off := l
+	off.Replace = false
+	if linkEqual(l, off) {
+		t.Errorf("linkEqual ignores Replace")
 	}
 }

@@ -163,7 +163,7 @@ func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
 
 func linkEqual(a, b LinkConfig) bool {
 	return a.Name == b.Name && a.Interface == b.Interface && a.IFB == b.IFB && a.Backend == b.Backend &&
-		a.Attach == b.Attach && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions &&
+		a.Attach == b.Attach && a.Replace == b.Replace && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions &&
 		a.Method == b.Method && slices.Equal(a.Reflectors, b.Reflectors) &&
 		a.ActiveReflectors == b.ActiveReflectors && a.ProbeRate == b.ProbeRate
 }
@@ -286,7 +286,9 @@ func (r *linkRunner) snapshot() linkState {
 }
 
 // shapers sets the link's shaping up (or finds it, in attach mode), waiting
-// with a capped backoff while the interface or the qdiscs are missing.
+// with a capped backoff while the interface or the qdiscs are missing. A
+// root qdisc that autoshape did not create, in setup mode without replace,
+// ends the link: waiting will not remove it.
 func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
 	if r.dryRun {
 		return [2]actuator.Shaper{
@@ -301,12 +303,12 @@ func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
 		if r.cfg.Attach {
 			l, err = actuator.Attach(r.cfg.Interface, r.cfg.IFB, 0)
 		} else {
-			// Whatever a crash or a vanished interface left is replaced.
-			_ = actuator.RemoveShaping(r.cfg.Interface, r.cfg.IFB, 0)
+			// Setup replaces what a crash or a vanished interface left
+			// of autoshape's own shaping.
 			l, err = actuator.Setup(actuator.SetupConfig{
 				Iface: r.cfg.Interface, IFB: r.cfg.IFB, Backend: r.cfg.Backend,
 				Up: uint64(r.cfg.Directions[estimator.Up].Bounds.Base), Down: uint64(r.cfg.Directions[estimator.Down].Bounds.Base),
-				Framing: r.cfg.Framing,
+				Framing: r.cfg.Framing, Replace: r.cfg.Replace,
 			})
 		}
 		if err == nil {
@@ -314,6 +316,9 @@ func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
 			r.link = l
 			r.mu.Unlock()
 			return [2]actuator.Shaper{estimator.Down: l.Down(), estimator.Up: l.Up()}, nil
+		}
+		if errors.Is(err, actuator.ErrForeignQdisc) {
+			return [2]actuator.Shaper{}, fmt.Errorf("%w; autoshape left it as it is: set replace = true in this [[link]] to replace it", err)
 		}
 		if actuator.IsPermission(err) || errors.Is(err, actuator.ErrNotSupported) {
 			return [2]actuator.Shaper{}, err // waiting will not help

@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -22,8 +24,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autoshape/autoshape/lab"
+	vnetlink "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/internal/kerneltest"
+	"github.com/autoshape/autoshape/lab"
 )
 
 // daemonLab is a router namespace holding "wan0" and a reflector namespace
@@ -31,6 +38,8 @@ import (
 type daemonLab struct {
 	router, reflector string
 	dir, config       string
+	// backend is the config's, "htb" unless setBackend changes it.
+	backend string
 }
 
 func newDaemonLab(t *testing.T) *daemonLab {
@@ -42,7 +51,7 @@ func newDaemonLab(t *testing.T) *daemonLab {
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
-	l := &daemonLab{router: "as-run-r-" + id, reflector: "as-run-x-" + id, dir: t.TempDir()}
+	l := &daemonLab{router: "as-run-r-" + id, reflector: "as-run-x-" + id, dir: t.TempDir(), backend: "htb"}
 	for _, ns := range []string{l.router, l.reflector} {
 		mustRun(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
@@ -78,7 +87,7 @@ listen = "127.0.0.1:19877"
 [[link]]
 name = "wan"
 interface = "wan0"
-backend = "htb"
+backend = %q
 [link.download]
 min = "1mbit"
 base = "10mbit"
@@ -92,7 +101,7 @@ method = "echo"
 reflectors = ["10.79.0.2", "10.79.0.3", "10.79.0.4"]
 active = 3
 rate = 20
-%s`, filepath.Join(l.dir, "state.json"), filepath.Join(l.dir, "decisions.jsonl"), extra)
+%s`, filepath.Join(l.dir, "state.json"), filepath.Join(l.dir, "decisions.jsonl"), l.backend, extra)
 	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +173,108 @@ func (l *daemonLab) classes(dev string) string {
 	return string(out)
 }
 
+func (l *daemonLab) qdiscs(dev string) string {
+	out, _ := exec.Command("tc", "-n", l.router, "qdisc", "show", "dev", dev).CombinedOutput()
+	return string(out)
+}
+
+// shaped reports whether dev's root is autoshape's qdisc of the lab's
+// backend. It reads over netlink, as tests poll it: an exec of tc takes a
+// fifth of a second of the one CPU in User-mode Linux, and polling with it
+// starves the daemon under test.
+func (l *daemonLab) shaped(dev string) bool {
+	ns, err := netns.GetFromName(l.router)
+	if err != nil {
+		return false
+	}
+	defer ns.Close()
+	h, err := vnetlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	link, err := h.LinkByName(dev)
+	if err != nil {
+		return false
+	}
+	qs, err := h.QdiscList(link)
+	if err != nil {
+		return false
+	}
+	for _, q := range qs {
+		a := q.Attrs()
+		if a.Parent == vnetlink.HANDLE_ROOT && a.Handle == actuator.OwnRootHandle && q.Type() == l.backend {
+			return true
+		}
+	}
+	return false
+}
+
+// holds reports whether dev's shaper holds the rate, as tc prints it
+// ("10Mbit").
+func (l *daemonLab) holds(dev, rate string) bool {
+	if l.backend == "cake" {
+		return strings.Contains(l.qdiscs(dev), "bandwidth "+rate+" ")
+	}
+	return strings.Contains(l.classes(dev), "rate "+rate+" ")
+}
+
+// setBackend writes the config anew with the backend.
+func (l *daemonLab) setBackend(t *testing.T, backend string) {
+	t.Helper()
+	l.backend = backend
+	l.writeConfig(t, "")
+}
+
+// forBackends runs test once per backend: htb, and cake where the kernel
+// has it (with AUTOSHAPE_REAL_KERNEL=1 it must).
+func forBackends(t *testing.T, test func(t *testing.T, l *daemonLab)) {
+	for _, b := range []string{"htb", "cake"} {
+		t.Run(b, func(t *testing.T) {
+			l := newDaemonLab(t)
+			kerneltest.RequireQdisc(t, b)
+			l.setBackend(t, b)
+			test(t, l)
+		})
+	}
+}
+
+// nsSnapshot is what the kernel holds in the router namespace: links with
+// their aliases, qdiscs, and wan0's ingress filters.
+func (l *daemonLab) nsSnapshot(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"ip", "-n", l.router, "-o", "link"},
+		{"tc", "-n", l.router, "qdisc", "show"},
+		{"tc", "-n", l.router, "filter", "show", "dev", "wan0", "ingress"},
+	} {
+		b.WriteString(mustRun(t, args[0], args[1:]...))
+	}
+	return stableLinks(b.String())
+}
+
+// sqmLike sets up shaping in the router namespace as sqm-scripts does, with
+// the lab's backend: roots on wan0 and on an IFB ifb4wan0 (no alias), and
+// wan0's ingress redirected to the IFB.
+func (l *daemonLab) sqmLike(t *testing.T) {
+	t.Helper()
+	tc := func(args ...string) { mustRun(t, "tc", append([]string{"-n", l.router}, args...)...) }
+	mustRun(t, "ip", "-n", l.router, "link", "add", "ifb4wan0", "type", "ifb")
+	mustRun(t, "ip", "-n", l.router, "link", "set", "ifb4wan0", "up")
+	for _, dev := range []string{"wan0", "ifb4wan0"} {
+		if l.backend == "cake" {
+			tc("qdisc", "add", "dev", dev, "root", "cake", "bandwidth", "7mbit")
+			continue
+		}
+		tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+		tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "7mbit")
+	}
+	tc("qdisc", "add", "dev", "wan0", "handle", "ffff:", "ingress")
+	tc("filter", "add", "dev", "wan0", "parent", "ffff:", "protocol", "all", "prio", "10", "u32",
+		"match", "u32", "0", "0", "flowid", "1:1", "action", "mirred", "egress", "redirect", "dev", "ifb4wan0")
+}
+
 // scrape fetches the metrics from inside the router namespace.
 func (l *daemonLab) scrape(t *testing.T) string {
 	t.Helper()
@@ -213,7 +324,10 @@ func (l *daemonLab) scrape(t *testing.T) string {
 }
 
 func TestDaemonLifecycle(t *testing.T) {
-	l := newDaemonLab(t)
+	forBackends(t, testDaemonLifecycle)
+}
+
+func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	// A state file from an earlier run: the daemon resumes from its rates.
 	state := filepath.Join(l.dir, "state.json")
 	os.WriteFile(state, []byte(`{"version": 1, "links": {"wan": {"down_kbit": 20000, "up_kbit": 4000}}}`), 0o644)
@@ -224,7 +338,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	eventually(t, 10*time.Second, "the shaping, starting from the saved rates", func() bool {
 		return strings.Contains(log.String(), `"dir":"down","from_kbit":20000`) &&
 			strings.Contains(log.String(), `"dir":"up","from_kbit":4000`) &&
-			strings.Contains(l.classes("ifb4wan0"), "htb 1:1") && strings.Contains(l.classes("wan0"), "htb 1:1")
+			l.shaped("ifb4wan0") && l.shaped("wan0")
 	}, log)
 
 	body := l.scrape(t)
@@ -243,7 +357,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	// Someone deletes the qdisc: it is made again.
 	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "root")
 	eventually(t, 10*time.Second, "the deleted qdisc made again", func() bool {
-		return strings.Contains(l.classes("wan0"), "htb 1:1")
+		return l.shaped("wan0")
 	}, log)
 
 	// The interface vanishes and comes back with a new index.
@@ -251,7 +365,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	time.Sleep(time.Second)
 	l.wire(t)
 	eventually(t, 15*time.Second, "the shaping re-applied on the new interface", func() bool {
-		return strings.Contains(l.classes("wan0"), "htb 1:1") && strings.Contains(l.classes("ifb4wan0"), "htb 1:1")
+		return l.shaped("wan0") && l.shaped("ifb4wan0")
 	}, log)
 
 	// A broken config on SIGHUP is refused; the daemon keeps running.
@@ -270,15 +384,24 @@ func TestDaemonLifecycle(t *testing.T) {
 	eventually(t, 10*time.Second, "the link restarted by a valid reload", func() bool {
 		return strings.Contains(log.String(), `"msg":"reloading"`) && strings.Count(log.String(), `"reason":"start"`) >= starts+2
 	}, log)
-	after := log.String()[strings.LastIndex(log.String(), `"msg":"reloading"`):]
-	var from float64
-	if i := strings.Index(after, `"dir":"down","from_kbit":`); i >= 0 {
-		fmt.Sscanf(after[i+len(`"dir":"down","from_kbit":`):], "%g", &from)
+	out := log.String()
+	reload := strings.LastIndex(out, `"msg":"reloading"`)
+	downRate := regexp.MustCompile(`"dir":"down","from_kbit":([0-9.e+]+),"rate_kbit":([0-9.e+]+)`)
+	var reached, from float64
+	for _, m := range downRate.FindAllStringSubmatch(out[:reload], -1) {
+		fmt.Sscanf(m[2], "%g", &reached)
 	}
-	// It began at the saved 20 Mbit/s and drifts down towards the 10 Mbit/s
-	// base: a restart from base would start at 10000.
-	if from <= 10000 {
-		t.Errorf("the reloaded link started from %v kbit/s, want the rate it had reached (above base):\n%s", from, tail(log.String(), 1500))
+	if m := downRate.FindStringSubmatch(out[reload:]); m != nil {
+		fmt.Sscanf(m[1], "%g", &from)
+	}
+	// It began at the saved 20 Mbit/s; since then it drifted towards the
+	// 10 Mbit/s base or, on a loaded machine, cut for the delays it saw.
+	// A restart from base would start at 10000 whatever it had reached.
+	if math.Abs(from-reached) > 1 || from == 0 {
+		t.Errorf("the reloaded link started from %v kbit/s, want the %v kbit/s it had reached:\n%s", from, reached, tail(out, 1500))
+	}
+	if reached == 10000 {
+		t.Logf("the link had reached its base rate before the reload: a restart from base would have passed too")
 	}
 
 	// SIGTERM: exit 0, shapers at base, the state file valid.
@@ -286,11 +409,11 @@ func TestDaemonLifecycle(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 3000))
 	}
-	if got := l.classes("ifb4wan0"); !strings.Contains(got, "rate 10Mbit") {
-		t.Errorf("download class after exit = %q, want the base rate 10Mbit", got)
+	if !l.holds("ifb4wan0", "10Mbit") {
+		t.Errorf("download shaper after exit = %q %q, want the base rate 10Mbit", l.qdiscs("ifb4wan0"), l.classes("ifb4wan0"))
 	}
-	if got := l.classes("wan0"); !strings.Contains(got, "rate 5Mbit") {
-		t.Errorf("upload class after exit = %q, want the base rate 5Mbit", got)
+	if !l.holds("wan0", "5Mbit") {
+		t.Errorf("upload shaper after exit = %q %q, want the base rate 5Mbit", l.qdiscs("wan0"), l.classes("wan0"))
 	}
 	var st stateFile
 	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &st) != nil || st.Links["wan"].DownKbit == 0 {
@@ -310,7 +433,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 	cmd, log = l.start(t)
 	eventually(t, 10*time.Second, "a restart after kill -9 resuming", func() bool {
-		return strings.Contains(log.String(), `"reason":"start"`) && strings.Contains(l.classes("ifb4wan0"), "htb 1:1")
+		return strings.Contains(log.String(), `"reason":"start"`) && l.shaped("ifb4wan0")
 	}, log)
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
@@ -318,12 +441,14 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 }
 
-// TestDaemonFailsWithoutCake: a link that cannot be shaped ends the daemon
-// with an error (exit status 1) instead of leaving it idle.
-func TestDaemonFailsWithoutCake(t *testing.T) {
+// TestDaemonCakeNotSupported: a link that cannot be shaped ends the daemon
+// with an error (exit status 1) instead of leaving it idle. It needs a
+// kernel without CAKE: a run with AUTOSHAPE_REAL_KERNEL=1 leaves it out by
+// name.
+func TestDaemonCakeNotSupported(t *testing.T) {
 	l := newDaemonLab(t)
-	cfg, _ := os.ReadFile(l.config)
-	os.WriteFile(l.config, []byte(strings.Replace(string(cfg), `backend = "htb"`, `backend = "cake"`, 1)), 0o644)
+	kerneltest.RequireNoQdisc(t, "cake")
+	l.setBackend(t, "cake")
 	cmd, log := l.start(t)
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.Wait() }()
@@ -383,12 +508,15 @@ func blast(t *testing.T, ns, dst string, rate float64, stop <-chan struct{}) {
 // second of buffer (the "ISP" on the reflector side), a download load of
 // 12 Mbit/s bloats the link; the daemon, starting at 10 Mbit/s, cuts.
 func TestDaemonCutsOnBloatedLink(t *testing.T) {
-	l := newDaemonLab(t)
+	forBackends(t, testDaemonCutsOnBloatedLink)
+}
+
+func testDaemonCutsOnBloatedLink(t *testing.T, l *daemonLab) {
 	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "root", "handle", "1:", "htb", "default", "1")
 	mustRun(t, "tc", "-n", l.reflector, "class", "add", "dev", "rf0", "parent", "1:", "classid", "1:1", "htb", "rate", "8mbit")
 	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "parent", "1:1", "bfifo", "limit", "500000")
 	cmd, log := l.start(t)
-	eventually(t, 10*time.Second, "the shaping", func() bool { return strings.Contains(l.classes("ifb4wan0"), "htb 1:1") }, log)
+	eventually(t, 10*time.Second, "the shaping", func() bool { return l.shaped("ifb4wan0") }, log)
 	stop := make(chan struct{})
 	defer close(stop)
 	blast(t, l.reflector, "10.79.0.1:9", 12e6, stop)
@@ -411,7 +539,10 @@ func TestDaemonCutsOnBloatedLink(t *testing.T) {
 
 // TestDaemonDryRun: --dry-run decides and logs but touches no qdisc.
 func TestDaemonDryRun(t *testing.T) {
-	l := newDaemonLab(t)
+	forBackends(t, testDaemonDryRun)
+}
+
+func testDaemonDryRun(t *testing.T, l *daemonLab) {
 	before, _ := exec.Command("tc", "-n", l.router, "qdisc", "show").CombinedOutput()
 	cmd, log := l.start(t, "--dry-run")
 	eventually(t, 10*time.Second, "dry-run decisions", func() bool {
@@ -437,4 +568,67 @@ func labLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
+}
+
+// TestDaemonRefusesForeignRoot: in setup mode, shaping that autoshape did
+// not create (sqm-scripts') ends the daemon with exit status 1 and a message
+// naming the qdisc and the replace key; nothing is changed, and it does not
+// retry for ever.
+func TestDaemonRefusesForeignRoot(t *testing.T) {
+	forBackends(t, func(t *testing.T, l *daemonLab) {
+		l.sqmLike(t)
+		before := l.nsSnapshot(t)
+		cmd, log := l.start(t)
+		errc := make(chan error, 1)
+		go func() { errc <- cmd.Wait() }()
+		select {
+		case err := <-errc:
+			var exit *exec.ExitError
+			if !asExit(err, &exit) || exit.ExitCode() != 1 {
+				t.Errorf("the daemon ended with %v, want exit status 1; log:\n%s", err, tail(log.String(), 2000))
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the daemon did not end over a foreign root; log:\n%s", tail(log.String(), 2000))
+		}
+		for _, want := range []string{`\"wan0\" has a ` + l.backend + ` qdisc`, "did not create", "replace = true"} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("the daemon's log lacks %q:\n%s", want, tail(log.String(), 2000))
+			}
+		}
+		if after := l.nsSnapshot(t); after != before {
+			t.Errorf("the daemon changed sqm-scripts' shaping:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+}
+
+// TestDaemonReplace: with replace = true the daemon replaces sqm-like roots
+// with its own, and on exit with on_exit = "remove" removes only what it
+// created: the roots go back to the kernel's default, sqm-scripts' IFB and
+// ingress redirect stay.
+func TestDaemonReplace(t *testing.T) {
+	forBackends(t, func(t *testing.T, l *daemonLab) {
+		l.sqmLike(t)
+		l.writeConfig(t, "")
+		cfg, _ := os.ReadFile(l.config)
+		cfg = []byte(strings.Replace(string(cfg), `on_exit = "base"`, `on_exit = "remove"`, 1))
+		cfg = []byte(strings.Replace(string(cfg), "backend = ", "replace = true\nbackend = ", 1))
+		os.WriteFile(l.config, cfg, 0o644)
+		filters := mustRun(t, "tc", "-n", l.router, "filter", "show", "dev", "wan0", "ingress")
+		cmd, log := l.start(t)
+		eventually(t, 10*time.Second, "autoshape's shaping in place of sqm-scripts'", func() bool {
+			return l.shaped("wan0") && l.shaped("ifb4wan0")
+		}, log)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 2000))
+		}
+		for _, dev := range []string{"wan0", "ifb4wan0"} {
+			if got := l.qdiscs(dev); !strings.Contains(got, " 0: root") {
+				t.Errorf("%s's qdiscs after exit = %q, want the kernel's default root", dev, got)
+			}
+		}
+		if got := mustRun(t, "tc", "-n", l.router, "filter", "show", "dev", "wan0", "ingress"); got != filters {
+			t.Errorf("ingress filters after exit = %q, want sqm-scripts' as they were, %q", got, filters)
+		}
+	})
 }

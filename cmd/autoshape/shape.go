@@ -22,9 +22,10 @@ func shape(args []string, stdout, stderr io.Writer) error {
 	atm := fs.Bool("atm", false, "ATM cell framing (ADSL)")
 	ptm := fs.Bool("ptm", false, "PTM 64/65 framing (VDSL2)")
 	mpu := fs.Uint("mpu", 0, "minimum packet unit in bytes")
-	remove := fs.Bool("remove", false, "remove the shaping this command sets up, then exit")
+	replace := fs.Bool("replace", false, "replace a root qdisc on IFACE or the IFB that autoshape did not create (sqm-scripts', say)")
+	remove := fs.Bool("remove", false, "remove the shaping autoshape set up on IFACE and the IFB, then exit; other software's is left alone")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: autoshape shape --iface IF [--ifb NAME] --up RATE --down RATE [--backend cake|htb] [--overhead N] [--atm|--ptm] [--mpu N]\n       autoshape shape --iface IF [--ifb NAME] --remove\n\n")
+		fmt.Fprintf(stderr, "usage: autoshape shape --iface IF [--ifb NAME] --up RATE --down RATE [--backend cake|htb] [--overhead N] [--atm|--ptm] [--mpu N] [--replace]\n       autoshape shape --iface IF [--ifb NAME] --remove\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -37,10 +38,13 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		if *up != "" || *down != "" {
 			return usagef("--remove takes no rates")
 		}
+		if *replace {
+			return usagef("--remove and --replace exclude each other")
+		}
 		if err := actuator.RemoveShaping(*iface, *ifb, 0); err != nil {
 			return shapeErr(err)
 		}
-		fmt.Fprintf(stdout, "removed shaping from %s and %s\n", *iface, ifbName(*iface, *ifb))
+		fmt.Fprintf(stdout, "removed autoshape's shaping from %s and %s (shaping it did not create is left alone)\n", *iface, ifbName(*iface, *ifb))
 		return nil
 	}
 	if *atm && *ptm {
@@ -50,7 +54,7 @@ func shape(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--backend: %v", err)
 	}
-	cfg := actuator.SetupConfig{Iface: *iface, IFB: *ifb, Backend: backend,
+	cfg := actuator.SetupConfig{Iface: *iface, IFB: *ifb, Backend: backend, Replace: *replace,
 		Framing: actuator.Framing{Overhead: *overhead, MPU: uint32(*mpu)}}
 	if *atm {
 		cfg.Framing.LinkLayer = actuator.ATM
@@ -78,6 +82,9 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	l, err := actuator.Setup(cfg)
+	if errors.Is(err, actuator.ErrForeignQdisc) {
+		return usagef("%v; autoshape left it as it is: pass --replace to replace it with autoshape's shaping", err)
+	}
 	if err != nil {
 		return shapeErr(err)
 	}

@@ -432,9 +432,12 @@ func sweepLink(ctx context.Context, l LinkConfig, p sweepPlan, load loadSource, 
 		link, err = actuator.Attach(l.Interface, l.IFB, 0)
 	} else {
 		link, err = actuator.Setup(actuator.SetupConfig{
-			Iface: l.Interface, IFB: l.IFB, Backend: l.Backend, Framing: l.Framing,
+			Iface: l.Interface, IFB: l.IFB, Backend: l.Backend, Framing: l.Framing, Replace: l.Replace,
 			Up: uint64(l.Directions[estimator.Up].Bounds.Base), Down: uint64(l.Directions[estimator.Down].Bounds.Base),
 		})
+	}
+	if errors.Is(err, actuator.ErrForeignQdisc) {
+		return sweepReport{}, usagef("%v; autoshape left it as it is: set replace = true in the [[link]] to replace it", err)
 	}
 	if err != nil {
 		return sweepReport{}, err
