@@ -63,6 +63,13 @@ type CakeOptions struct {
 	Wash *bool
 	// Ingress counts dropped packets against the rate (for an IFB).
 	Ingress *bool
+	// AutorateIngress makes CAKE estimate the capacity from the packet
+	// trains that arrive (its CAPACITY_ESTIMATE statistic) and set its own
+	// rate to 15/16 of the estimate at the end of each train. A rate change
+	// through a Shaper takes the rate over: it turns autorate-ingress off
+	// (as `tc qdisc change ... bandwidth` does), and the estimate then keeps
+	// its last value.
+	AutorateIngress *bool
 	// AckFilter is "no-ack-filter", "ack-filter" or
 	// "ack-filter-aggressive".
 	AckFilter string

@@ -79,6 +79,9 @@ func cakeAttrs(bps uint64, f Framing, o CakeOptions) (*tc.Cake, error) {
 		return nil, fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
 	}
 	c := &tc.Cake{BaseRate: new(bps / 8), Autorate: new(uint32(0))}
+	if o.AutorateIngress != nil && *o.AutorateIngress {
+		c.Autorate = new(uint32(1))
+	}
 
 	switch f.LinkLayer {
 	case Ethernet:
@@ -179,8 +182,10 @@ func cakeCreate(ifindex, handle uint32, bps uint64, f Framing, o CakeOptions) (*
 // options present, so the other settings stay. With the handle the kernel
 // itself checks that the root is still that cake qdisc; a request without
 // one, as "tc qdisc change dev X root cake" sends, makes it replace a root of
-// another kind with a new cake qdisc. Unlike tc's change, it sends no
-// AUTORATE 0, so that it leaves autorate-ingress as it is.
+// another kind with a new cake qdisc. Like tc's change it sends AUTORATE 0
+// with the rate: under autorate-ingress CAKE sets its own rate at the end of
+// every packet train, so a rate sent alone would hold for one train (seen
+// on the kernel's CAKE in User-mode Linux). The change takes the rate over.
 func cakeRateChange(ifindex, handle uint32, bps uint64) (*tc.Object, error) {
 	if bps < 8 {
 		return nil, fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
@@ -192,7 +197,7 @@ func cakeRateChange(ifindex, handle uint32, bps uint64) (*tc.Object, error) {
 			Handle:  handle,
 			Parent:  tc.HandleRoot,
 		},
-		Attribute: tc.Attribute{Kind: "cake", Cake: &tc.Cake{BaseRate: new(bps / 8)}},
+		Attribute: tc.Attribute{Kind: "cake", Cake: &tc.Cake{BaseRate: new(bps / 8), Autorate: new(uint32(0))}},
 	}, nil
 }
 
@@ -354,6 +359,7 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 		Drops:            uint64(o.Stats.Drops),
 		Backlog:          uint64(o.Stats.Backlog),
 		CapacityEstimate: cs.CapacityEstimate,
+		AutorateIngress:  o.Cake != nil && o.Cake.Autorate != nil && *o.Cake.Autorate != 0,
 		Tins:             cs.Tins,
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/florianl/go-tc"
 	"github.com/google/go-cmp/cmp"
@@ -430,5 +431,50 @@ func TestCakeStatsMatchTC(t *testing.T) {
 			t.Errorf("CAKE statistics %+v, %+v: want 3 busy tins, ECN marks and drops, a capacity estimate of 10 Mbit/s and sizes seen", st, cs)
 		}
 		return
+	}
+}
+
+// TestCakeRateChangeTakesOverAutorate: under autorate-ingress CAKE sets its
+// own rate at the end of every packet train, so a rate change must turn it
+// off to hold (as tc's change does with AUTORATE 0). Before this rule a rate
+// written alone was replaced by 15/16 of CAKE's estimate with the next
+// traffic.
+func TestCakeRateChangeTakesOverAutorate(t *testing.T) {
+	l := newHTBLink(t)
+	kerneltest.RequireQdisc(t, "cake")
+	on := true
+	c := newCake(testTC(t, l.ns), Framing{}, CakeOptions{AutorateIngress: &on})
+	c.netns = int(l.ns)
+	if err := c.Create(l.ifindex, 50_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if st, err := c.Stats(l.ifindex); err != nil || !st.AutorateIngress || st.CapacityEstimate != 50_000_000 {
+		t.Fatalf("Stats after Create = %+v, %v; want autorate-ingress on and the estimate at the rate, 50 Mbit/s", st, err)
+	}
+	if out := runCmd(t, "tc", "-n", l.router.NS, "qdisc", "show", "dev", l.router.Dev); !strings.Contains(out, "autorate-ingress") {
+		t.Fatalf("the kernel holds no autorate-ingress:\n%s", out)
+	}
+
+	if err := c.SetRate(l.ifindex, 10_000_000); err != nil {
+		t.Fatal(err)
+	}
+	dst := l.peer.IP() + ":9"
+	sendUDP(t, l.ns, dst, 1, 10, 0) // ARP
+	for range 3 {
+		sendUDP(t, l.ns, dst, 200, 1400, 0)
+		time.Sleep(300 * time.Millisecond)
+	}
+	if got, err := c.Rate(l.ifindex); err != nil || got != 10_000_000 {
+		t.Errorf("Rate after traffic = %d, %v; want the 10 Mbit/s written, not CAKE's own", got, err)
+	}
+	st, err := c.Stats(l.ifindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.AutorateIngress {
+		t.Errorf("Stats after SetRate: autorate-ingress still on")
+	}
+	if out := runCmd(t, "tc", "-n", l.router.NS, "qdisc", "show", "dev", l.router.Dev); strings.Contains(out, "autorate-ingress") {
+		t.Errorf("the kernel still holds autorate-ingress after the rate change:\n%s", out)
 	}
 }

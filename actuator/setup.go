@@ -54,7 +54,9 @@ type SetupConfig struct {
 	// Framing is applied in both directions.
 	Framing Framing
 	// Cake holds CAKE's further options; the download side also gets
-	// "ingress" unless Cake.Ingress says otherwise.
+	// "ingress" and "autorate-ingress" unless Cake.Ingress and
+	// Cake.AutorateIngress say otherwise (the upload side never gets
+	// autorate-ingress).
 	Cake CakeOptions
 	// NetNS is a network namespace handle to work in, 0 for the current one.
 	NetNS int
@@ -247,12 +249,22 @@ func (l *Link) backends(cfg SetupConfig) (up, down backend) {
 	if cfg.Backend == HTB {
 		return newHTB(l.conn, cfg.Framing), newHTB(l.conn, cfg.Framing)
 	}
+	// The download shaper sits behind the bottleneck: CAKE counts its
+	// drops against the rate (ingress), and estimates the capacity from
+	// what arrives (autorate-ingress) until a rate is written.
+	on := true
 	downOpts := cfg.Cake
 	if downOpts.Ingress == nil {
-		on := true
 		downOpts.Ingress = &on
 	}
-	return l.newCake(cfg.Framing, cfg.Cake), l.newCake(cfg.Framing, downOpts)
+	if downOpts.AutorateIngress == nil {
+		downOpts.AutorateIngress = &on
+	}
+	upOpts := cfg.Cake
+	// Upload CAKE is in front of the bottleneck: what it sees is what the
+	// LAN sends, not the link's capacity.
+	upOpts.AutorateIngress = nil
+	return l.newCake(cfg.Framing, upOpts), l.newCake(cfg.Framing, downOpts)
 }
 
 // newCake returns a CAKE backend working in the link's namespace on

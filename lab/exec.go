@@ -105,7 +105,7 @@ func startExec(top *Topology, cfg RunConfig, command string) (_ schemeRunner, er
 	for _, d := range estimator.Directions {
 		es.rates0[d] = bounds[d].Base
 	}
-	if es.link, err = setupShaping(top, cfg, es.rates0); err != nil {
+	if es.link, err = setupShaping(top, cfg, es.rates0, false); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -450,7 +450,7 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 		}
 	}
 	var err error
-	if f.link, err = setupShaping(top, cfg, f.rate); err != nil {
+	if f.link, err = setupShaping(top, cfg, f.rate, true); err != nil {
 		return nil, err
 	}
 	for d := range f.rate {
@@ -461,11 +461,13 @@ func startStatic(top *Topology, cfg RunConfig, fraction float64) (schemeRunner, 
 	return f, nil
 }
 
-// setupShaping shapes rtr's WAN with HTB and the line's framing, as its
-// owner would configure it, at the given rates (by estimator.Direction, in
-// bit/s), through autoshape's own actuator: the upload on the WAN's egress,
-// the download on its IFB.
-func setupShaping(top *Topology, cfg RunConfig, rates [2]float64) (*actuator.Link, error) {
+// setupShaping shapes rtr's WAN with the run's backend and the line's
+// framing, as its owner would configure it, at the given rates (by
+// estimator.Direction, in bit/s), through autoshape's own actuator: the
+// upload on the WAN's egress, the download on its IFB. With CAKE the
+// download gets autorate-ingress, as autoshape's setup mode gives it,
+// unless static: a static shaper's rate must not move.
+func setupShaping(top *Topology, cfg RunConfig, rates [2]float64, static bool) (*actuator.Link, error) {
 	h, err := netns.GetFromName(top.Rtr)
 	if err != nil {
 		return nil, err
@@ -475,8 +477,12 @@ func setupShaping(top *Topology, cfg RunConfig, rates [2]float64) (*actuator.Lin
 	if cfg.Bottleneck.ATM {
 		framing.LinkLayer = actuator.ATM
 	}
-	return actuator.Setup(actuator.SetupConfig{Iface: RtrWAN, Backend: backendOr(cfg.Backend), NetNS: int(h),
-		Down: uint64(rates[estimator.Down]), Up: uint64(rates[estimator.Up]), Framing: framing})
+	sc := actuator.SetupConfig{Iface: RtrWAN, Backend: backendOr(cfg.Backend), NetNS: int(h),
+		Down: uint64(rates[estimator.Down]), Up: uint64(rates[estimator.Up]), Framing: framing}
+	if static {
+		sc.Cake.AutorateIngress = new(false)
+	}
+	return actuator.Setup(sc)
 }
 
 // daemonBounds are each direction's bounds as the lab's daemon gets them:

@@ -54,8 +54,10 @@ func shape(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--backend: %v", err)
 	}
+	// Static rates: CAKE's autorate-ingress would move the download's.
 	cfg := actuator.SetupConfig{Iface: *iface, IFB: *ifb, Backend: backend, Replace: *replace,
-		Framing: actuator.Framing{Overhead: *overhead, MPU: uint32(*mpu)}}
+		Framing: actuator.Framing{Overhead: *overhead, MPU: uint32(*mpu)},
+		Cake:    actuator.CakeOptions{AutorateIngress: new(false)}}
 	if *atm {
 		cfg.Framing.LinkLayer = actuator.ATM
 	}

@@ -434,6 +434,8 @@ func sweepLink(ctx context.Context, l LinkConfig, p sweepPlan, load loadSource, 
 		link, err = actuator.Setup(actuator.SetupConfig{
 			Iface: l.Interface, IFB: l.IFB, Backend: l.Backend, Framing: l.Framing, Replace: l.Replace,
 			Up: uint64(l.Directions[estimator.Up].Bounds.Base), Down: uint64(l.Directions[estimator.Down].Bounds.Base),
+			// The sweep holds each step's rate.
+			Cake: actuator.CakeOptions{AutorateIngress: new(false)},
 		})
 	}
 	if errors.Is(err, actuator.ErrForeignQdisc) {
