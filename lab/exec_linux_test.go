@@ -175,7 +175,7 @@ func TestExecSchemeFollowsRates(t *testing.T) {
 	cfg := RunConfig{Duration: 6 * time.Second, Budget: 15 * time.Millisecond, Warmup: time.Second}
 	cfg.Capacity[0] = capacity
 	// About 3 s into the loaded 6 s.
-	s, err := ParseScheme(`exec:sleep 4 && tc class change dev "$LINKLAB_DOWN_IFACE" parent 1: classid 1:1 htb rate 4mbit ceil 4mbit && exec sleep 1000`)
+	s, err := ParseScheme(`exec:sleep 4 && tc class change dev "$LINKLAB_DOWN_IFACE" parent a5: classid a5:1 htb rate 4mbit ceil 4mbit && exec sleep 1000`)
 	if err != nil {
 		t.Fatal(err)
 	}

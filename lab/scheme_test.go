@@ -25,6 +25,8 @@ func TestParseScheme(t *testing.T) {
 		{in: "autoshape:/etc/a.toml", want: lab.Scheme{Name: "autoshape", Config: "/etc/a.toml"}},
 		{in: "classic", want: lab.Scheme{Name: "classic", Policy: "classic"}},
 		{in: "exec:sleep 1000", want: lab.Scheme{Name: "exec", Command: "sleep 1000"}},
+		{in: "autorate", want: lab.Scheme{Name: "autorate",
+			Command: `tc qdisc change dev "$LINKLAB_DOWN_IFACE" root cake autorate-ingress && exec sleep 1000000`}},
 		// Only the first colon separates the command.
 		{in: "exec:echo a:b; tc -s qdisc", want: lab.Scheme{Name: "exec", Command: "echo a:b; tc -s qdisc"}},
 		{in: "exec", wantErr: `scheme "exec": want exec:COMMAND`},
@@ -34,7 +36,8 @@ func TestParseScheme(t *testing.T) {
 		{in: "unshaped:", wantErr: `scheme "unshaped:": unshaped takes no argument`},
 		{in: "static:7", wantErr: `scheme "static:7": want static:FRACTION`},
 		{in: "static", wantErr: `scheme "static": want static:FRACTION`},
-		{in: "cake-autorate", wantErr: `scheme "cake-autorate": want unshaped, static:FRACTION, autoshape[:CONFIG], classic or exec:COMMAND`},
+		{in: "cake-autorate", wantErr: `scheme "cake-autorate": want unshaped, static:FRACTION, autoshape[:CONFIG], classic, autorate or exec:COMMAND`},
+		{in: "autorate:x", wantErr: `scheme "autorate:x": autorate takes no argument`},
 		{in: "", wantErr: `scheme "": want`},
 	}
 	for _, tt := range tests {

@@ -14,7 +14,7 @@ import (
 
 // A shaperReader reads rtr's shaping over netlink (polling through tc would
 // cost an exec every time): the rate of the root CAKE qdisc, or of the HTB
-// class directly under the root HTB qdisc, whoever created them; and CAKE's
+// class at the top of the root HTB qdisc's tree, whoever created them; and CAKE's
 // statistics through autoshape's own decoder (an attached actuator.Link,
 // which only reads here).
 type shaperReader struct {
@@ -89,7 +89,10 @@ func (r *shaperReader) rate(dev string) (uint64, error) {
 		return 0, fmt.Errorf("failed to read the classes of %q: %w", dev, err)
 	}
 	for _, c := range classes {
-		if c.Parent != root.Handle || c.Kind != "htb" || c.Htb == nil || c.Htb.Parms == nil {
+		// The kernel gives a class at the top of the tree the parent
+		// TC_H_ROOT.
+		top := c.Parent == tc.HandleRoot || c.Parent == root.Handle
+		if !top || c.Handle>>16 != root.Handle>>16 || c.Kind != "htb" || c.Htb == nil || c.Htb.Parms == nil {
 			continue
 		}
 		if c.Htb.Rate64 != nil {

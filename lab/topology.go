@@ -29,7 +29,8 @@
 //	LINKLAB_BUDGET_MS    the run's latency budget in ms
 //	LINKLAB_DIR          the command's working directory
 //
-// Its rates are read from HTB class 1:1 of each shaper every 100 ms. A
+// Its rates are read from each shaper (the root CAKE qdisc, or the HTB class
+// under the root) every 100 ms. A
 // command that exits with an error during the run fails the run; at the end
 // its process group gets SIGTERM, SIGKILL 5 s later, and the shaping is
 // removed.
