@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -217,7 +218,12 @@ func TestSetupCakeAndRemove(t *testing.T) {
 		}
 	}
 	down := tcCmd(t, ns, "qdisc", "show", "dev", "ifb4wan0")
-	for _, want := range []string{"qdisc cake a5: root", "bandwidth 30Mbit diffserv4", " ingress ", "atm overhead 44"} {
+	// The download gets autorate-ingress, so that CAKE's estimate is live
+	// until autoshape writes a rate; CAKE then sets the rate itself from
+	// whatever arrives (a stray neighbour solicitation will do), so it is
+	// 30 Mbit/s only until then.
+	autoRate := regexp.MustCompile(`bandwidth \S+ autorate-ingress `)
+	for _, want := range []string{"qdisc cake a5: root", " autorate-ingress diffserv4", " ingress ", "atm overhead 44"} {
 		if !strings.Contains(down, want) {
 			t.Errorf("ifb4wan0's qdiscs = %q, want %q", down, want)
 		}
@@ -231,12 +237,14 @@ func TestSetupCakeAndRemove(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SetRate(25e6) failed: %v", err)
 	}
-	if !ch.Wrote || ch.From != 30e6 || ch.To != 25e6 || ch.Iface != "ifb4wan0" || ch.Kind != "cake" {
-		t.Errorf("SetRate(25e6) = %+v, want a write from 30e6 to 25e6 on ifb4wan0 (cake)", ch)
+	if !ch.Wrote || ch.From == 0 || ch.To != 25e6 || ch.Iface != "ifb4wan0" || ch.Kind != "cake" {
+		t.Errorf("SetRate(25e6) = %+v, want a write to 25e6 on ifb4wan0 (cake)", ch)
 	}
 	after := tcCmd(t, ns, "qdisc", "show", "dev", "ifb4wan0")
-	if want := strings.Replace(down, "bandwidth 30Mbit", "bandwidth 25Mbit", 1); after != want {
-		t.Errorf("ifb4wan0's qdiscs after SetRate = %q, want %q (the rate alone changed)", after, want)
+	// The rate changed and, taken over, autorate-ingress is off; nothing
+	// else changed.
+	if want := autoRate.ReplaceAllString(down, "bandwidth 25Mbit "); after != want {
+		t.Errorf("ifb4wan0's qdiscs after SetRate = %q, want %q (the rate alone changed, and autorate-ingress went off)", after, want)
 	}
 	if ch, err := l.Down().SetRate(ctx, 25e6); err != nil || ch.Wrote {
 		t.Errorf("SetRate(25e6) again = %+v, %v: want no write", ch, err)

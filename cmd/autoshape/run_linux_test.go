@@ -149,6 +149,11 @@ func (l *daemonLab) start(t *testing.T, flags ...string) (*exec.Cmd, *safeBuffer
 	return cmd, log
 }
 
+// settle is how long the tests wait for the daemon to get somewhere: a few
+// seconds on the host, more inside User-mode Linux, where every system call
+// traps to the host and the one CPU is shared with the test and the load.
+const settle = 30 * time.Second
+
 // eventually polls cond for up to d.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool, log *safeBuffer) {
 	t.Helper()
@@ -335,7 +340,7 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	cmd, log := l.start(t)
 	// An unloaded link then drifts towards base: the start decisions show
 	// where it began.
-	eventually(t, 10*time.Second, "the shaping, starting from the saved rates", func() bool {
+	eventually(t, settle, "the shaping, starting from the saved rates", func() bool {
 		return strings.Contains(log.String(), `"dir":"down","from_kbit":20000`) &&
 			strings.Contains(log.String(), `"dir":"up","from_kbit":4000`) &&
 			l.shaped("ifb4wan0") && l.shaped("wan0")
@@ -356,7 +361,7 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 
 	// Someone deletes the qdisc: it is made again.
 	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "root")
-	eventually(t, 10*time.Second, "the deleted qdisc made again", func() bool {
+	eventually(t, settle, "the deleted qdisc made again", func() bool {
 		return l.shaped("wan0")
 	}, log)
 
@@ -364,14 +369,14 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	mustRun(t, "ip", "-n", l.router, "link", "del", "wan0")
 	time.Sleep(time.Second)
 	l.wire(t)
-	eventually(t, 15*time.Second, "the shaping re-applied on the new interface", func() bool {
+	eventually(t, settle, "the shaping re-applied on the new interface", func() bool {
 		return l.shaped("wan0") && l.shaped("ifb4wan0")
 	}, log)
 
 	// A broken config on SIGHUP is refused; the daemon keeps running.
 	os.WriteFile(l.config, []byte("this is not toml ["), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 5*time.Second, "the broken reload refused", func() bool {
+	eventually(t, settle, "the broken reload refused", func() bool {
 		return strings.Contains(log.String(), "reload refused")
 	}, log)
 	// A valid new config (a new upper bound for download) restarts the link
@@ -381,7 +386,7 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	cfgText, _ := os.ReadFile(l.config)
 	os.WriteFile(l.config, []byte(strings.Replace(string(cfgText), `max = "50mbit"`, `max = "60mbit"`, 1)), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 10*time.Second, "the link restarted by a valid reload", func() bool {
+	eventually(t, settle, "the link restarted by a valid reload", func() bool {
 		return strings.Contains(log.String(), `"msg":"reloading"`) && strings.Count(log.String(), `"reason":"start"`) >= starts+2
 	}, log)
 	out := log.String()
@@ -423,7 +428,7 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	// kill -9, then a restart resumes from the state file.
 	os.WriteFile(state, []byte(`{"version": 1, "links": {"wan": {"down_kbit": 30000, "up_kbit": 6000}}}`), 0o644)
 	cmd, log = l.start(t)
-	eventually(t, 10*time.Second, "the shaping from the state's rates", func() bool {
+	eventually(t, settle, "the shaping from the state's rates", func() bool {
 		return strings.Contains(log.String(), `"dir":"down","from_kbit":30000`)
 	}, log)
 	cmd.Process.Kill()
@@ -432,7 +437,7 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 		t.Errorf("state file after kill -9 is not valid: %v", err)
 	}
 	cmd, log = l.start(t)
-	eventually(t, 10*time.Second, "a restart after kill -9 resuming", func() bool {
+	eventually(t, settle, "a restart after kill -9 resuming", func() bool {
 		return strings.Contains(log.String(), `"reason":"start"`) && l.shaped("ifb4wan0")
 	}, log)
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -516,7 +521,7 @@ func testDaemonCutsOnBloatedLink(t *testing.T, l *daemonLab) {
 	mustRun(t, "tc", "-n", l.reflector, "class", "add", "dev", "rf0", "parent", "1:", "classid", "1:1", "htb", "rate", "8mbit")
 	mustRun(t, "tc", "-n", l.reflector, "qdisc", "add", "dev", "rf0", "parent", "1:1", "bfifo", "limit", "500000")
 	cmd, log := l.start(t)
-	eventually(t, 10*time.Second, "the shaping", func() bool { return l.shaped("ifb4wan0") }, log)
+	eventually(t, settle, "the shaping", func() bool { return l.shaped("ifb4wan0") }, log)
 	stop := make(chan struct{})
 	defer close(stop)
 	blast(t, l.reflector, "10.79.0.1:9", 12e6, stop)
@@ -545,7 +550,7 @@ func TestDaemonDryRun(t *testing.T) {
 func testDaemonDryRun(t *testing.T, l *daemonLab) {
 	before, _ := exec.Command("tc", "-n", l.router, "qdisc", "show").CombinedOutput()
 	cmd, log := l.start(t, "--dry-run")
-	eventually(t, 10*time.Second, "dry-run decisions", func() bool {
+	eventually(t, settle, "dry-run decisions", func() bool {
 		return strings.Contains(log.String(), `"qdisc":"dry-run"`)
 	}, log)
 	after, _ := exec.Command("tc", "-n", l.router, "qdisc", "show").CombinedOutput()
@@ -615,7 +620,7 @@ func TestDaemonReplace(t *testing.T) {
 		os.WriteFile(l.config, cfg, 0o644)
 		filters := mustRun(t, "tc", "-n", l.router, "filter", "show", "dev", "wan0", "ingress")
 		cmd, log := l.start(t)
-		eventually(t, 10*time.Second, "autoshape's shaping in place of sqm-scripts'", func() bool {
+		eventually(t, settle, "autoshape's shaping in place of sqm-scripts'", func() bool {
 			return l.shaped("wan0") && l.shaped("ifb4wan0")
 		}, log)
 		cmd.Process.Signal(syscall.SIGTERM)

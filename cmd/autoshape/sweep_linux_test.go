@@ -196,7 +196,7 @@ func TestSweepCtrlC(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the sweep's shaping", func() bool { return l.shaped("ifb4wan0") }, log)
+	eventually(t, settle, "the sweep's shaping", func() bool { return l.shaped("ifb4wan0") }, log)
 	time.Sleep(time.Second)
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
