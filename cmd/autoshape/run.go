@@ -402,6 +402,11 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 			<-poolDone
 			return nil
 		case err := <-poolDone:
+			if ctx.Err() != nil {
+				// Stopped (a reload or the end), the pool returned before
+				// the loop saw ctx end: not a failure.
+				return nil
+			}
 			return fmt.Errorf("probes stopped: %w", err)
 		case s := <-samples:
 			ctrl.AddSample(s)

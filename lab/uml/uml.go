@@ -41,13 +41,13 @@ const ModulesRoot = "/usr/lib/uml/modules"
 // insmod.
 var Packages = []string{"user-mode-linux", "kmod"}
 
-// LabModules are the modules the tests and the lab need: the shapers
+// LabModules are the modules the tests and the lab need: IPv6, the shapers
 // (CAKE, HTB, fq_codel, TBF), netem for the path's delay, the ingress
 // redirect (ingress, u32, mirred), veth and IFB. xfrm_user is deliberately
 // not among them: the kernel then has no XFRM netlink, as many OpenWrt
 // images without IPsec.
 var LabModules = []string{
-	"sch_cake", "sch_fq_codel", "sch_htb", "sch_tbf", "sch_netem", "sch_ingress",
+	"ipv6", "sch_cake", "sch_fq_codel", "sch_htb", "sch_tbf", "sch_netem", "sch_ingress",
 	"cls_u32", "cls_matchall", "act_mirred", "veth", "ifb",
 }
 
