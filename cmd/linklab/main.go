@@ -139,17 +139,17 @@ var scenarios = map[string]scenario{
 
 // Report is `linklab run --json`: the shape of `autoshape simulate --json`.
 type Report struct {
-	TraceDown string       `json:"trace_down"`
-	TraceUp   string       `json:"trace_up"`
-	DurationS float64      `json:"duration_s"`
-	BudgetMs  float64      `json:"budget_ms"`
+	TraceDown string  `json:"trace_down"`
+	TraceUp   string  `json:"trace_up"`
+	DurationS float64 `json:"duration_s"`
+	BudgetMs  float64 `json:"budget_ms"`
 	// Kernel is where the lab ran (host or uml), Backend the router's
 	// shaper, RTTMs the path's base round trip that netem added.
-	Kernel  string  `json:"kernel,omitempty"`
-	Backend string  `json:"backend,omitempty"`
-	RTTMs   float64 `json:"rtt_ms"`
-	Seed      uint64       `json:"seed"`
-	Results   []sim.Result `json:"results"`
+	Kernel  string       `json:"kernel,omitempty"`
+	Backend string       `json:"backend,omitempty"`
+	RTTMs   float64      `json:"rtt_ms"`
+	Seed    uint64       `json:"seed"`
+	Results []sim.Result `json:"results"`
 	// Sim holds the simulator's results on the same line (--sim).
 	Sim []sim.Result `json:"sim,omitempty"`
 }

@@ -88,7 +88,9 @@ func inUML(sub string, args []string, stdout, stderr io.Writer) error {
 // it has said why already.
 type exitCode int
 
-func (c exitCode) Error() string { return fmt.Sprintf("exit status %d inside the User-mode Linux kernel", int(c)) }
+func (c exitCode) Error() string {
+	return fmt.Sprintf("exit status %d inside the User-mode Linux kernel", int(c))
+}
 
 // umlCmd is `linklab uml`: any command inside the User-mode Linux kernel.
 func umlCmd(args []string, stdout, stderr io.Writer) error {
