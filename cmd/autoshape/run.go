@@ -223,6 +223,12 @@ func (r *linkRunner) start(parent context.Context, saved linkState) {
 	ctx, cancel := context.WithCancel(parent)
 	r.cancel = cancel
 	r.done = make(chan struct{})
+	// Until its first tick the link is where it starts from: a stop before
+	// then (a SIGTERM while a reloaded link still sets its shaping up)
+	// keeps the saved rates in the state file, not zeros.
+	r.mu.Lock()
+	r.rates[estimator.Down], r.rates[estimator.Up] = saved.DownKbit*1000, saved.UpKbit*1000
+	r.mu.Unlock()
 	r.metrics.AddLink(r.cfg.Name)
 	go func() {
 		defer close(r.done)
