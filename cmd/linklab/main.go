@@ -416,9 +416,11 @@ func writeSideBySide(w io.Writer, rep Report) {
 			seconds(r.ReactionS), seconds(m.ReactionS))
 	}
 	tw.Flush()
+	// The estimate is live only under autorate-ingress alone: a
+	// controller's first write freezes it, in the kernel and the model.
 	for _, r := range rep.Results {
 		for _, m := range rep.Sim {
-			if m.Scheme != r.Scheme || m.Direction != r.Direction {
+			if r.Scheme != sim.AutorateName || m.Scheme != r.Scheme || m.Direction != r.Direction {
 				continue
 			}
 			if mae, ok := lab.EstimateError(r, m); ok {
