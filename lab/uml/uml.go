@@ -207,6 +207,8 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
 	b.WriteString("mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev 2>/dev/null\n")
+	// What udev would make: bash's process substitution needs /dev/fd.
+	b.WriteString("[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd\n")
 	b.WriteString("mount -t tmpfs -o size=256m tmpfs /run\nmkdir -p /run/tmp /run/netns\n")
 	fmt.Fprintf(&b, "mount -t hostfs none %s -o %s || { echo 'uml: cannot mount the run directory' >&2; halt -f; }\n", quote(dir), quote(dir))
 	for _, m := range modules {

@@ -57,6 +57,7 @@ func TestInitScriptQuotes(t *testing.T) {
 	s := initScript(Config{WorkDir: "/w d", Env: []string{"A=it's"}}, "/r", []string{"/m/x.ko"}, []string{"sh", "-c", "echo 'hi' $X"})
 	for _, want := range []string{
 		`insmod '/m/x.ko'`,
+		`ln -s /proc/self/fd /dev/fd`,
 		`export 'A=it'\''s'`,
 		`cd '/w d'`,
 		`'sh' '-c' 'echo '\''hi'\'' $X' > '/r/uml-stdout'`,
