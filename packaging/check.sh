@@ -238,8 +238,8 @@ EOF
 	log=$(cat "$TMP/run.log")
 	if [ "$rc" -ne 0 ]; then
 		fail "daemon with $caps: exit status $rc: $log"
-	elif ! printf '%s\n' "$qd" | grep -q 'htb 1: dev veth0 root' ||
-		! printf '%s\n' "$qd" | grep -q 'htb 1: dev ifb4veth0 root'; then
+	elif ! printf '%s\n' "$qd" | grep -q 'htb a5: dev veth0 root' ||
+		! printf '%s\n' "$qd" | grep -q 'htb a5: dev ifb4veth0 root'; then
 		fail "daemon with $caps: no HTB on veth0 and ifb4veth0: $qd $log"
 	elif printf '%s\n' "$log" | grep -q -e '"level":"error"' -e 'cannot probe'; then
 		fail "daemon with $caps: errors in its log: $log"
