@@ -62,8 +62,6 @@ func inUML(sub string, args []string, stdout, stderr io.Writer) error {
 	if err := uml.Install(stderr); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	argv := append([]string{self, sub}, withoutFlag(args, "kernel")...)
 	env := []string{}
 	for _, k := range []string{"LINKLAB_PREFIX", "LINKLAB_KEEP"} {
@@ -71,7 +69,15 @@ func inUML(sub string, args []string, stdout, stderr io.Writer) error {
 			env = append(env, k+"="+v)
 		}
 	}
-	code, err := uml.Run(ctx, uml.Config{Modules: uml.LabModules, Mem: "2G", Env: env, Stdout: stdout, Stderr: stderr}, argv...)
+	return runUML(uml.Config{Modules: uml.LabModules, Mem: "2G", Env: env, Stdout: stdout, Stderr: stderr}, argv)
+}
+
+// runUML runs argv inside the User-mode Linux kernel until it ends or
+// SIGINT or SIGTERM stops it; a non-zero exit status inside is an exitCode.
+func runUML(cfg uml.Config, argv []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code, err := uml.Run(ctx, cfg, argv...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errInterrupted
@@ -118,19 +124,7 @@ func umlCmd(args []string, stdout, stderr io.Writer) error {
 	if len(modules) == 0 {
 		modules = uml.LabModules
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	code, err := uml.Run(ctx, uml.Config{Modules: modules, Mem: *mem, Dir: *dir, Stdout: stdout, Stderr: stderr}, fs.Args()...)
-	if err != nil {
-		if ctx.Err() != nil {
-			return errInterrupted
-		}
-		return err
-	}
-	if code != 0 {
-		return exitCode(code)
-	}
-	return nil
+	return runUML(uml.Config{Modules: modules, Mem: *mem, Dir: *dir, Stdout: stdout, Stderr: stderr}, fs.Args())
 }
 
 // umlInside reports whether this process runs inside a User-mode Linux

@@ -6,13 +6,17 @@
 package kerneltest
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
+
+	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // EnvRealKernel names the environment variable that says the kernel has
@@ -70,32 +74,77 @@ func requireRoot(tb testing.TB) {
 var (
 	mu     sync.Mutex
 	probed = map[string]bool{}
-	seq    atomic.Int64
 )
 
-// HasQdisc reports whether the kernel has the qdisc kind: it adds one as the
-// root of the loopback device of a network namespace of its own, which it
-// then deletes. The answer is remembered for the process. It needs root.
+// HasQdisc reports whether the kernel has the qdisc kind: it asks for one
+// as the root of the loopback device of a new network namespace of its own,
+// over netlink, and the namespace goes with the socket. The answer is
+// remembered for the process. It needs root.
 func HasQdisc(kind string) (bool, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if ok, seen := probed[kind]; seen {
 		return ok, nil
 	}
-	ns := fmt.Sprintf("autoshape-probe-%d-%d", os.Getpid(), seq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return false, fmt.Errorf("ip netns add %s: %v: %s", ns, err, out)
+	ok, err := probeQdisc(kind)
+	if err != nil {
+		return false, err
 	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
-	out, err := exec.Command("tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", "handle", "1:", kind).CombinedOutput()
+	probed[kind] = ok
+	return ok, nil
+}
+
+// probeQdisc adds a qdisc of the kind, without options, as the root of lo
+// (ifindex 1) in a new namespace. The kernel answers ENOENT for a kind it
+// has no module for; a kind that needs options (netem) answers EINVAL, and
+// so is there.
+func probeQdisc(kind string) (bool, error) {
+	nsc := make(chan netns.NsHandle, 1)
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, moved into the new namespace, ends
+		// with the goroutine.
+		runtime.LockOSThread()
+		ns, err := netns.New()
+		if err != nil {
+			errc <- fmt.Errorf("failed to create a network namespace: %w", err)
+			return
+		}
+		nsc <- ns
+	}()
+	var ns netns.NsHandle
+	select {
+	case err := <-errc:
+		return false, err
+	case ns = <-nsc:
+	}
+	defer ns.Close()
+	conn, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: int(ns)})
+	if err != nil {
+		return false, fmt.Errorf("failed to open a netlink socket: %w", err)
+	}
+	defer conn.Close()
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.TCA_KIND, kind)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return false, err
+	}
+	// struct tcmsg: family, padding, ifindex 1, handle 1:, parent root, info.
+	tcm := make([]byte, 20)
+	binary.NativeEndian.PutUint32(tcm[4:], 1)
+	binary.NativeEndian.PutUint32(tcm[8:], 0x10000)
+	binary.NativeEndian.PutUint32(tcm[12:], 0xffffffff) // TC_H_ROOT
+	_, err = conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_NEWQDISC,
+			Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Excl},
+		Data: append(tcm, attrs...),
+	})
 	switch {
-	case err == nil:
-		probed[kind] = true
-	case strings.Contains(string(out), "kind is unknown"):
-		// The kernel's answer (ENOENT) to a kind it has no module for.
-		probed[kind] = false
-	default:
-		return false, fmt.Errorf("tc qdisc add dev lo root %s: %v: %s", kind, err, out)
+	case err == nil, errors.Is(err, unix.EINVAL):
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
 	}
-	return probed[kind], nil
+	return false, fmt.Errorf("failed to add a %s qdisc to probe for it: %w", kind, err)
 }

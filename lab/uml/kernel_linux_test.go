@@ -23,6 +23,7 @@ import (
 var realKernelSuites = []struct {
 	pkg, run, skip string
 }{
+	{pkg: "internal/kerneltest"},
 	{pkg: "actuator", skip: "NotSupported$"},
 	// The sweep test measures delay against a bar that the guest's one CPU
 	// moves; it runs on the host (HTB), as the sweep does.

@@ -90,11 +90,12 @@ func Installed() error {
 
 // Install installs the kernel with apt-get when it is missing (root only).
 func Install(stderr io.Writer) error {
-	if Installed() == nil {
+	missing := Installed()
+	if missing == nil {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("%v (needs root to install)", Installed())
+		return fmt.Errorf("%w (needs root to install)", missing)
 	}
 	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq"}, Packages...)} {
 		cmd := exec.Command("apt-get", args...)
