@@ -288,6 +288,26 @@ func (c *cake) root(ifindex uint32) (tc.Object, error) {
 	return tc.Object{}, fmt.Errorf("no root qdisc: %w", ErrNoQdisc)
 }
 
+// A selfRater is a backend whose qdisc can set its own rate.
+type selfRater interface {
+	// SelfRated reports whether ifindex's qdisc sets its own rate now.
+	SelfRated(ifindex uint32) (bool, error)
+}
+
+var _ selfRater = (*cake)(nil)
+
+// SelfRated reports whether ifindex's root cake qdisc runs
+// autorate-ingress, under which it sets its own rate.
+func (c *cake) SelfRated(ifindex uint32) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.root(ifindex)
+	if err != nil {
+		return false, err
+	}
+	return o.Cake != nil && o.Cake.Autorate != nil && *o.Cake.Autorate != 0, nil
+}
+
 // Rate reads the rate of ifindex's root cake qdisc in bit/s (a multiple of
 // 8: the kernel holds bytes/s).
 func (c *cake) Rate(ifindex uint32) (uint64, error) {

@@ -483,9 +483,20 @@ func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 	}
 	ch.From = cur
 	// The kernel holds whole bytes per second: a rate within a byte/s of
-	// the held one is the held one.
+	// the held one is the held one, unless the qdisc moves it itself
+	// (CAKE under autorate-ingress): then the write takes it over.
 	if cur+8 > bps && bps+8 > cur {
-		return ch, nil
+		sr, ok := s.b.(selfRater)
+		if !ok {
+			return ch, nil
+		}
+		self, err := sr.SelfRated(idx)
+		if err != nil {
+			return ch, fmt.Errorf("failed to read the %s settings on %q: %w", s.b.Kind(), s.name, err)
+		}
+		if !self {
+			return ch, nil
+		}
 	}
 	if err := s.b.SetRate(idx, bps); err != nil {
 		return ch, fmt.Errorf("failed to change the %s rate on %q: %w", s.b.Kind(), s.name, err)

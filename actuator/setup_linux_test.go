@@ -608,3 +608,26 @@ func TestWithoutXFRM(t *testing.T) {
 		t.Errorf("Remove() failed: %v", err)
 	}
 }
+
+// TestSetRateAtTheHeldRateTakesOver: under autorate-ingress a write of the
+// rate CAKE holds is still a write, since CAKE would move it by itself (the
+// daemon leaving its shaper at base on exit met it in User-mode Linux).
+func TestSetRateAtTheHeldRateTakesOver(t *testing.T) {
+	ns, h := wanNS(t)
+	kerneltest.RequireQdisc(t, "cake")
+	l, err := actuator.Setup(actuator.SetupConfig{Iface: "wan0", Backend: actuator.CAKE, Up: 20e6, Down: 30e6, NetNS: int(h)})
+	if err != nil {
+		t.Fatalf("Setup() failed: %v", err)
+	}
+	t.Cleanup(func() { l.Remove() })
+	ch, err := l.Down().SetRate(context.Background(), 30e6)
+	if err != nil || !ch.Wrote {
+		t.Errorf("SetRate(30e6) at the rate held under autorate-ingress = %+v, %v; want a write", ch, err)
+	}
+	if down := tcCmd(t, ns, "qdisc", "show", "dev", "ifb4wan0"); strings.Contains(down, "autorate-ingress") {
+		t.Errorf("ifb4wan0's qdiscs after SetRate = %q, want autorate-ingress off", down)
+	}
+	if ch, err := l.Down().SetRate(context.Background(), 30e6); err != nil || ch.Wrote {
+		t.Errorf("SetRate(30e6) again = %+v, %v; want no write", ch, err)
+	}
+}
