@@ -7,9 +7,16 @@ import (
 	"strings"
 )
 
+// MaxRate is the highest rate ParseRate accepts, in bit/s: 10 Tbit/s, above
+// the fastest interface (1.6 Tbit/s Ethernet) by a wide margin, and low
+// enough that every rate is a whole number of bit/s exactly in a float64
+// (below 2^53) and that a day of traffic at it, in bytes, fits an int64.
+const MaxRate = 10e12
+
 // ParseRate parses a rate such as "850kbit", "20mbit", "1.5gbit" or a plain
 // number of bit/s, and returns bit/s. Units are SI (1 kbit = 1000 bit) and
 // case-insensitive; "bit", "bps" and "kbps"/"mbps"/"gbps" are accepted too.
+// The result is finite, from 0 to MaxRate.
 func ParseRate(s string) (float64, error) {
 	in := strings.ToLower(strings.TrimSpace(s))
 	if in == "" {
@@ -36,7 +43,14 @@ func ParseRate(s string) (float64, error) {
 	if v < 0 {
 		return 0, fmt.Errorf("invalid rate %q: negative", s)
 	}
-	return v * mult, nil
+	// The product, not the number, is checked: "1e300gbit" overflows to
+	// +Inf only here.
+	bps := v * mult
+	if !(bps <= MaxRate) {
+		return 0, fmt.Errorf("invalid rate %q: above 10 Tbit/s (%s), faster than any link", s, FormatRate(MaxRate))
+	}
+	// "-0" parses as negative zero, which prints as "-0".
+	return math.Abs(bps), nil
 }
 
 // FormatRate prints bit/s with the largest unit that keeps the number at or
@@ -51,4 +65,14 @@ func FormatRate(bps float64) string {
 		return strconv.FormatFloat(bps/1e3, 'f', -1, 64) + "kbit"
 	}
 	return strconv.FormatFloat(bps, 'f', -1, 64) + "bit"
+}
+
+// MinRate returns the lowest rate, in bit/s, that backend b's shaper takes:
+// HTB's tick arithmetic needs 8 kbit/s; CAKE needs 1 byte/s (0 would leave
+// it unlimited).
+func (b Backend) MinRate() float64 {
+	if b == HTB {
+		return minHTBRate
+	}
+	return 8
 }

@@ -1,6 +1,7 @@
 package actuator_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -38,6 +39,13 @@ func TestParseRate(t *testing.T) {
 		{in: "NaN", wantErr: `invalid rate "NaN"`},
 		{in: "inf", wantErr: `invalid rate "inf"`},
 		{in: "+Infmbit", wantErr: `invalid rate "+Infmbit"`},
+		// Finite numbers whose product with the unit is not, or is absurd.
+		{in: "1e300gbit", wantErr: `invalid rate "1e300gbit": above 10 Tbit/s`},
+		{in: "1e308kbit", wantErr: `invalid rate "1e308kbit": above 10 Tbit/s`},
+		{in: "2000000000000000000", wantErr: "above 10 Tbit/s"},
+		{in: "10001gbit", wantErr: "above 10 Tbit/s"},
+		{in: "10000gbit", want: 10e12},
+		{in: "-0", want: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -54,7 +62,21 @@ func TestParseRate(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("ParseRate(%q) mismatch (-want +got):\n%s", tt.in, diff)
 			}
+			if math.Signbit(got) {
+				t.Errorf("ParseRate(%q) = %v: a negative zero prints as \"-0\"", tt.in, got)
+			}
 		})
+	}
+}
+
+func TestBackendMinRate(t *testing.T) {
+	for _, tt := range []struct {
+		b    actuator.Backend
+		want float64
+	}{{actuator.HTB, 8000}, {actuator.CAKE, 8}} {
+		if got := tt.b.MinRate(); got != tt.want {
+			t.Errorf("%s.MinRate() = %v, want %v", tt.b, got, tt.want)
+		}
 	}
 }
 
@@ -89,4 +111,31 @@ func TestFormatRate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseRate: any string is refused or read as a finite rate from 0 to
+// MaxRate that FormatRate prints back as the same rate.
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"850kbit", "20mbit", "1.5gbit", "1000", "0", "-0", "1e300gbit", "NaN", "inf", "0x1p4mbit", "4.9e-324"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := actuator.ParseRate(s)
+		if err != nil {
+			if r != 0 {
+				t.Errorf("ParseRate(%q) = %v with error %v: want 0", s, r, err)
+			}
+			return
+		}
+		if math.IsNaN(r) || r < 0 || r > actuator.MaxRate || math.Signbit(r) {
+			t.Fatalf("ParseRate(%q) = %v: want a finite rate from 0 to %v", s, r, actuator.MaxRate)
+		}
+		back, err := actuator.ParseRate(actuator.FormatRate(r))
+		if err != nil {
+			t.Fatalf("ParseRate(FormatRate(%v) = %q) failed: %v", r, actuator.FormatRate(r), err)
+		}
+		if math.Abs(back-r) > 1e-12*r {
+			t.Errorf("ParseRate(FormatRate(%v)) = %v", r, back)
+		}
+	})
 }

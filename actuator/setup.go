@@ -200,8 +200,8 @@ func Setup(cfg SetupConfig) (l *Link, err error) {
 	if err := l.createRoot(l.ifb, downBackend, cfg.Down, downRoot); err != nil {
 		return l, err
 	}
-	l.up = &ifaceShaper{name: cfg.Iface, nl: h, b: upBackend, mu: &l.mu}
-	l.down = &ifaceShaper{name: l.ifb, nl: h, b: downBackend, mu: &l.mu}
+	l.up = &ifaceShaper{name: cfg.Iface, nl: h, b: upBackend, mu: &l.mu, rate: cfg.Up}
+	l.down = &ifaceShaper{name: l.ifb, nl: h, b: downBackend, mu: &l.mu, rate: cfg.Down}
 	return l, nil
 }
 
@@ -464,6 +464,9 @@ type ifaceShaper struct {
 	name string
 	nl   *netlink.Handle
 	b    backend
+	// rate is the last rate the kernel held after SetRate (at first
+	// Setup's): Check makes a deleted root again at it.
+	rate uint64
 }
 
 var _ Shaper = (*ifaceShaper)(nil)
@@ -488,6 +491,7 @@ func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 	if cur+8 > bps && bps+8 > cur {
 		sr, ok := s.b.(selfRater)
 		if !ok {
+			s.rate = bps
 			return ch, nil
 		}
 		self, err := sr.SelfRated(idx)
@@ -495,12 +499,14 @@ func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 			return ch, fmt.Errorf("failed to read the %s settings on %q: %w", s.b.Kind(), s.name, err)
 		}
 		if !self {
+			s.rate = bps
 			return ch, nil
 		}
 	}
 	if err := s.b.SetRate(idx, bps); err != nil {
 		return ch, fmt.Errorf("failed to change the %s rate on %q: %w", s.b.Kind(), s.name, err)
 	}
+	s.rate = bps
 	ch.Wrote = true
 	return ch, nil
 }

@@ -23,7 +23,7 @@ import (
 // wanNS creates a network namespace holding a veth "wan0" (its peer "lan0"
 // in the same namespace, both up) and returns its name and a handle to it.
 // Everything is removed when the test ends.
-func wanNS(t *testing.T) (string, netns.NsHandle) {
+func wanNS(t testing.TB) (string, netns.NsHandle) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces, links and qdiscs")
@@ -44,7 +44,7 @@ func wanNS(t *testing.T) (string, netns.NsHandle) {
 	return name, h
 }
 
-func ipCmd(t *testing.T, args ...string) string {
+func ipCmd(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {

@@ -28,8 +28,10 @@ const (
 	// Idle: the link has carried almost nothing for a while; probes are
 	// paused and the rates drift back to base.
 	Idle
-	// Stall: no probe has been answered for a while; rates are never raised
-	// and after a timeout they fall back to the safe rate.
+	// Stall: no probe has been answered for a while (or ever); rates are
+	// never raised and after a timeout they fall back to the safe rate. It
+	// holds until an answer comes: an idle spell in between pauses the
+	// probes, not the stall's rules.
 	Stall
 )
 
@@ -131,7 +133,7 @@ func (c Config) Validate() error {
 		if err := ValidateBounds(b); err != nil {
 			return fmt.Errorf("controller: %s: %w", d, err)
 		}
-		if s := c.Directions[d].Safe; s < b.Min || s > b.Max {
+		if s := c.Directions[d].Safe; !(s >= b.Min && s <= b.Max) {
 			return fmt.Errorf("controller: %s: safe rate %.0f bit/s is outside [min %.0f, max %.0f]", d, s, b.Min, b.Max)
 		}
 	}
@@ -152,17 +154,51 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ValidateBounds checks 0 < min <= base <= max.
+// MaxRate is the highest rate, in bit/s, that bounds may name: far above
+// any link, and low enough that every whole bit/s up to it is exact in a
+// float64 and fits the shapers' 64-bit rates.
+const MaxRate = 1 << 53
+
+// ValidateBounds checks 0 < min <= base <= max <= MaxRate and that a whole
+// bit/s lies in [min, max]: the controller writes whole kbit/s where one
+// lies in the bounds and whole bit/s where none does, and never a rate
+// outside them.
 func ValidateBounds(b policies.Bounds) error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"min", b.Min}, {"base", b.Base}, {"max", b.Max}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			return fmt.Errorf("%s rate %v bit/s is not a finite number", r.name, r.v)
+		}
+	}
 	switch {
 	case b.Min <= 0:
 		return fmt.Errorf("min rate %.0f bit/s must be positive", b.Min)
 	case b.Min > b.Max:
 		return fmt.Errorf("min rate %.0f bit/s is above max rate %.0f bit/s", b.Min, b.Max)
+	case b.Max > MaxRate:
+		return fmt.Errorf("max rate %.0f bit/s is above the largest rate accepted, %d bit/s", b.Max, uint64(MaxRate))
+	case math.Ceil(b.Min) > math.Floor(b.Max):
+		return fmt.Errorf("min rate %g bit/s and max rate %g bit/s hold no whole bit/s: no rate can be written within them", b.Min, b.Max)
 	case b.Base < b.Min || b.Base > b.Max:
 		return fmt.Errorf("base rate %.0f bit/s is outside [min %.0f, max %.0f]", b.Base, b.Min, b.Max)
 	}
 	return nil
+}
+
+// quantise returns the rate to write for r within b: r clamped into b and
+// rounded to whole kbit/s (finer steps change nothing a shaper can hold and
+// would flood the decision log), or to whole bit/s when no whole kbit/s
+// lies in b. The result is always within b, whose Validate passed.
+func quantise(b policies.Bounds, r float64) float64 {
+	r = b.Clamp(r)
+	unit := 1000.0
+	if math.Ceil(b.Min/unit)*unit > b.Max {
+		unit = 1
+	}
+	lo, hi := math.Ceil(b.Min/unit)*unit, math.Floor(b.Max/unit)*unit
+	return min(max(math.Round(r/unit)*unit, lo), hi)
 }
 
 // A Controller runs the control loop of one link. It is not safe for
@@ -179,10 +215,17 @@ type Controller struct {
 	intended  [2]float64 // what the policy last asked for: its next input
 	written   [2]bool    // whether a rate was ever written
 	state     State
-	since     time.Time // when the current state began
 	quietFrom time.Time // start of the current unloaded stretch (zero: loaded)
 	noRaise   time.Time // no increases before this instant
-	probeFrom time.Time // probes (re)started: answers older than this do not count
+	// probeFrom is when probing (re)started: the first tick, or the end of
+	// an idle spell. Answers to probes sent before it do not count.
+	probeFrom time.Time
+	// lastAnswer is the send time of the newest answered probe, as of the
+	// last tick.
+	lastAnswer time.Time
+	// stallFrom is when the current stall began, zero when answers came
+	// after it: an idle spell does not end a stall, answers do.
+	stallFrom time.Time
 	lastObs   [2]estimator.Observation
 }
 
@@ -206,6 +249,11 @@ func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols 
 		}
 		c.rates[d] = cfg.Directions[d].Bounds.Base
 		c.intended[d] = c.rates[d]
+		if shapers[d] != nil {
+			// Counters cannot move much faster than the shaper's highest
+			// rate: a bigger fall is a reset, not a wrap.
+			est.SetMaxRate(d, cfg.Directions[d].Bounds.Max)
+		}
 	}
 	return c, nil
 }
@@ -215,7 +263,7 @@ func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols 
 func (c *Controller) Restore(rates [2]float64) {
 	for _, d := range estimator.Directions {
 		if rates[d] > 0 && c.shapers[d] != nil {
-			c.rates[d] = math.Round(c.cfg.Directions[d].Bounds.Clamp(rates[d])/1000) * 1000
+			c.rates[d] = quantise(c.cfg.Directions[d].Bounds, rates[d])
 			c.intended[d] = c.rates[d]
 		}
 	}
@@ -320,17 +368,21 @@ func (c *Controller) updateState(now time.Time, obs [2]estimator.Observation) {
 	} else if c.quietFrom.IsZero() {
 		c.quietFrom = now
 	}
+	if c.probeFrom.IsZero() {
+		c.probeFrom = now // the first tick: probing starts with the controller
+	}
 	last := obs[estimator.Down].LastSample
 	if up := obs[estimator.Up].LastSample; up.After(last) {
 		last = up
 	}
+	c.lastAnswer = last
 
 	switch c.state {
 	case Active:
 		switch {
 		case !c.quietFrom.IsZero() && now.Sub(c.quietFrom) >= c.cfg.IdleAfter:
 			c.enter(Idle, now)
-		case c.stalled(now, last):
+		case c.stalled(now):
 			c.enter(Stall, now)
 		}
 	case Idle:
@@ -338,29 +390,41 @@ func (c *Controller) updateState(now time.Time, obs [2]estimator.Observation) {
 			c.enter(Active, now)
 		}
 	case Stall:
-		if !c.stalled(now, last) {
+		// A stall holds until an answer comes back; the time since it
+		// began is what the fallback counts, answers or none ever.
+		if !c.stalled(now) {
 			c.noRaise = now.Add(c.cfg.Recovery)
+			c.stallFrom = time.Time{}
 			c.enter(Active, now)
 		} else if !c.quietFrom.IsZero() && now.Sub(c.quietFrom) >= c.cfg.IdleAfter {
 			c.enter(Idle, now)
 		}
 	}
+	if c.state == Stall && c.stallFrom.IsZero() {
+		c.stallFrom = now
+	}
+	if c.state == Active && !c.stallFrom.IsZero() && c.lastAnswer.After(c.stallFrom) {
+		c.stallFrom = time.Time{} // answered after an idle spell that paused the stall
+	}
 }
 
-// stalled reports whether no probe answer has been sent within StallAfter.
-// A link that has never been answered counts from the state's start.
-func (c *Controller) stalled(now, last time.Time) bool {
-	if last.Before(c.probeFrom) {
-		last = c.probeFrom
+// stalled reports whether no probe sent within StallAfter of now has been
+// answered, counting from when probing (re)started when no answer is newer:
+// a link that has never been answered stalls StallAfter after the start,
+// and stays stalled until an answer comes.
+func (c *Controller) stalled(now time.Time) bool {
+	from := c.lastAnswer
+	if from.Before(c.probeFrom) {
+		from = c.probeFrom
 	}
-	if last.IsZero() {
-		last = c.since
-		if last.IsZero() {
-			c.since = now
-			last = now
-		}
-	}
-	return now.Sub(last) > c.cfg.StallAfter
+	return now.Sub(from) > c.cfg.StallAfter
+}
+
+// answered reports whether a probe sent since probing (re)started has been
+// answered: without one, nothing is known about the delay, and no rate may
+// rise.
+func (c *Controller) answered() bool {
+	return !c.lastAnswer.IsZero() && !c.lastAnswer.Before(c.probeFrom)
 }
 
 func (c *Controller) enter(s State, now time.Time) {
@@ -374,13 +438,27 @@ func (c *Controller) enter(s State, now time.Time) {
 		c.probeFrom = now // probing resumes: give it StallAfter to answer
 	}
 	c.state = s
-	c.since = now
 }
 
 // next decides the rate for d in the current state.
 func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Observation) (float64, policies.Reason) {
 	cur := c.intended[d]
 	dc := c.cfg.Directions[d]
+	// held is where a direction that may not rise stays: the rate written,
+	// not a small rise still waiting to add up (see apply).
+	held := cur
+	if c.written[d] {
+		held = math.Min(cur, c.rates[d])
+	}
+	if !c.stallFrom.IsZero() && c.state != Active {
+		// Stalled, or idle since a stall: no answer has come to say the
+		// link carries more. Never raise; fall back to the safe rate
+		// FallbackAfter into the stall.
+		if now.Sub(c.stallFrom) >= c.cfg.FallbackAfter && dc.Safe < held {
+			return dc.Safe, policies.ReasonFallback
+		}
+		return held, policies.ReasonStall
+	}
 	switch c.state {
 	case Idle:
 		base := dc.Bounds.Base
@@ -391,15 +469,10 @@ func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Ob
 			return base, policies.ReasonIdle
 		}
 		return cur + step, policies.ReasonIdle
-	case Stall:
-		if now.Sub(c.since) >= c.cfg.FallbackAfter && dc.Safe < cur {
-			return dc.Safe, policies.ReasonFallback
-		}
-		return cur, policies.ReasonStall
 	}
 	p := c.policies[d].Next(policies.Input{Now: now, Obs: obs, Rate: cur, Bounds: dc.Bounds})
-	if p.Rate > cur && now.Before(c.noRaise) {
-		return cur, policies.ReasonStall
+	if p.Rate > held && (now.Before(c.noRaise) || !c.answered()) {
+		return held, policies.ReasonStall
 	}
 	return p.Rate, p.Reason
 }
@@ -412,15 +485,7 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	if math.IsNaN(to) {
 		clamped = c.rates[d]
 	}
-	// Whole kbit/s: finer steps change nothing a shaper can hold and would
-	// flood the decision log.
-	rate := math.Round(clamped/1000) * 1000
-	if rate < b.Min {
-		rate = math.Ceil(b.Min/1000) * 1000
-	}
-	if rate > b.Max {
-		rate = math.Floor(b.Max/1000) * 1000
-	}
+	rate := quantise(b, clamped)
 	c.intended[d] = rate
 	if c.written[d] && rate == c.rates[d] {
 		return Decision{}, false, nil
@@ -428,7 +493,7 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	// Small rises and drifts wait until they add up to half a per cent (or
 	// reach base): a shaper gains nothing from them, and the decision log
 	// would get one line every tick. Cuts are written at once.
-	if c.written[d] && gradual(reason) && rate != b.Base && math.Abs(rate-c.rates[d]) < 0.005*c.rates[d] {
+	if c.written[d] && gradual(reason) && rate != quantise(b, b.Base) && math.Abs(rate-c.rates[d]) < 0.005*c.rates[d] {
 		return Decision{}, false, nil
 	}
 	if !c.written[d] {

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -1184,4 +1185,285 @@ type holdPolicy struct{}
 func (holdPolicy) Name() string { return "hold" }
 func (holdPolicy) Next(in policies.Input) policies.Proposal {
 	return policies.Proposal{Rate: in.Rate, Reason: policies.ReasonHold}
+}
+
+// With no answer ever (ICMP dropped upstream, a wrong reflector list, a
+// start during an outage), the controller stalls StallAfter after the start
+// and stays stalled: the rates never rise, and they fall back to the safe
+// rate FallbackAfter into the stall. When answers come, it leaves the stall.
+func TestStallWithoutAnyAnswerHolds(t *testing.T) {
+	const (
+		tick          = 50 * time.Millisecond
+		stallAfter    = time.Second
+		fallbackAfter = 5 * time.Second
+		safe          = 4e6
+	)
+	cfg := twoWay()
+	cfg.Tick = tick
+	cfg.StallAfter, cfg.FallbackAfter = stallAfter, fallbackAfter
+	cfg.Directions[estimator.Down].Safe = safe
+	r := newRig(t, cfg)
+	for _, d := range estimator.Directions {
+		r.pols[d].setThen(raise) // a policy that always asks for more
+	}
+	var fellBack time.Duration
+	for r.now.Sub(t0) < 10*time.Second {
+		decs := r.tick()
+		at := r.now.Sub(t0)
+		for _, d := range estimator.Directions {
+			if got, base := r.ctrl.Rate(d), cfg.Directions[d].Bounds.Base; got > base {
+				t.Fatalf("%v after the start without any answer: %v rate %v above base %v", at, d, got, base)
+			}
+		}
+		if at > stallAfter && r.ctrl.State() != controller.Stall {
+			t.Fatalf("%v after the start without any answer: state %v, want stall (held until answers come)", at, r.ctrl.State())
+		}
+		for _, dec := range decs {
+			if dec.Reason == policies.ReasonFallback && fellBack == 0 {
+				fellBack = at
+			}
+		}
+		r.advance(tick, loaded)
+	}
+	if fellBack < stallAfter+fallbackAfter || fellBack > stallAfter+fallbackAfter+2*tick {
+		t.Errorf("fell back to the safe rate %v after the start, want FallbackAfter (%v) into the stall, which began %v after the start", fellBack, fallbackAfter, stallAfter)
+	}
+	if got := r.ctrl.Rate(estimator.Down); got != safe {
+		t.Errorf("down rate after the fallback = %v, want the safe rate %v", got, safe)
+	}
+	if got := r.ctrl.Rate(estimator.Up); got != upBounds.Base {
+		t.Errorf("up rate after the fallback = %v, want its safe rate, base %v", got, upBounds.Base)
+	}
+
+	// Answers come back: active again.
+	r.sample()
+	r.tick()
+	if got := r.ctrl.State(); got != controller.Active {
+		t.Errorf("state after an answer = %v, want active", got)
+	}
+}
+
+// Until a probe sent since the start has been answered, a policy's rise is
+// not obeyed (a cut is), though the stall has not begun yet.
+func TestNoRiseBeforeTheFirstAnswer(t *testing.T) {
+	var cfg controller.Config
+	cfg.Directions[estimator.Down].Bounds = downBounds
+	r := newRig(t, cfg)
+	pol := r.pols[estimator.Down]
+	pol.push(15e6, 15e6, 8e6)
+	var got []change
+	for range 3 {
+		got = append(got, changes(r.tick())...)
+		r.advance(step, loaded)
+	}
+	want := []change{
+		{Dir: estimator.Down, From: 10e6, To: 10e6, Reason: policies.ReasonStart, State: controller.Active},
+		{Dir: estimator.Down, From: 10e6, To: 8e6, Reason: policies.ReasonProbe, State: controller.Active},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decisions without answers mismatch (-want +got):\n%s", diff)
+	}
+	r.sample()
+	pol.push(9e6)
+	want = []change{{Dir: estimator.Down, From: 8e6, To: 9e6, Reason: policies.ReasonProbe, State: controller.Active}}
+	if diff := cmp.Diff(want, changes(r.tick())); diff != "" {
+		t.Errorf("decisions after the first answer mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// Every rate written lies within [min, max], whatever the bounds (with no
+// whole kbit/s between them, or no room at all but one rate) and whatever
+// the policy, Restore, the idle drift and the stall's fallback ask for.
+func TestWritesStayWithinOddBounds(t *testing.T) {
+	bounds := []policies.Bounds{
+		{Min: 1500, Base: 1500, Max: 1900}, // no whole kbit/s inside
+		{Min: 1500, Base: 1700, Max: 2400},
+		{Min: 1500, Base: 1500, Max: 1500},
+		{Min: 1234.5, Base: 1500, Max: 1999.9},
+		{Min: 999.5, Base: 999.7, Max: 1000.4},
+		{Min: 0.4, Base: 0.6, Max: 1.2},
+		{Min: 1, Base: 1, Max: 1},
+		{Min: 100, Base: 500, Max: 999},
+		{Min: 2500.5, Base: 2600, Max: 2999.5},
+		{Min: 1_000_400, Base: 10e6, Max: 19_999_600},
+		{Min: 1e6, Base: 1e6, Max: 1e6},
+	}
+	wants := func(b policies.Bounds) []float64 {
+		return []float64{
+			math.NaN(), math.Inf(1), math.Inf(-1), 0, -1, 1e300,
+			b.Min - 1, b.Min - 0.4, b.Min, b.Min + 0.4, b.Min + 499, b.Min + 501,
+			b.Base, b.Base + 0.5, (b.Min + b.Max) / 2,
+			b.Max - 501, b.Max - 499, b.Max - 0.6, b.Max, b.Max + 0.4, b.Max + 600, 10 * b.Max,
+		}
+	}
+	for _, b := range bounds {
+		t.Run(fmt.Sprintf("%g-%g-%g", b.Min, b.Base, b.Max), func(t *testing.T) {
+			for _, restore := range wants(b) {
+				var cfg controller.Config
+				cfg.IdleAfter = time.Second
+				cfg.Directions[estimator.Down] = controller.DirectionConfig{Bounds: b, Safe: b.Min}
+				r := newRig(t, cfg)
+				r.ctrl.Restore([2]float64{restore, 0})
+				pol := r.pols[estimator.Down]
+				// Every rate handed to the shaper: the Fake does not record
+				// a write of the rate it holds (0 at first).
+				var written []float64
+				tick := func() {
+					for _, d := range r.tick() {
+						written = append(written, d.To)
+					}
+					written = append(written, r.ctrl.Rate(estimator.Down))
+				}
+				r.sample()
+				tick()
+				for _, w := range wants(b) {
+					pol.push(w)
+					r.advance(step, loaded)
+					r.sample()
+					tick()
+				}
+				// A stall and its fallback, then idle and its drift to base.
+				for range 100 {
+					r.advance(step, loaded)
+					tick()
+				}
+				for range 200 {
+					r.advance(step, [2]float64{})
+					tick()
+				}
+				for _, w := range r.shapers[estimator.Down].Writes() {
+					written = append(written, float64(w))
+				}
+				for _, w := range written {
+					if w < b.Min || w > b.Max || w != math.Trunc(w) {
+						t.Fatalf("restored %g: wrote %g bit/s, outside [min %g, max %g] or not a whole bit/s", restore, w, b.Min, b.Max)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Bounds that hold no whole bit/s cannot be written within: refused, as are
+// bounds that are not numbers.
+func TestValidateRefusesUnholdableBounds(t *testing.T) {
+	tests := []struct {
+		name    string
+		b       policies.Bounds
+		wantErr string
+	}{
+		{name: "no whole bit/s", b: policies.Bounds{Min: 0.2, Base: 0.5, Max: 0.9},
+			wantErr: "min rate 0.2 bit/s and max rate 0.9 bit/s hold no whole bit/s"},
+		{name: "no whole bit/s above 1", b: policies.Bounds{Min: 1500.2, Base: 1500.5, Max: 1500.7},
+			wantErr: "min rate 1500.2 bit/s and max rate 1500.7 bit/s hold no whole bit/s"},
+		{name: "NaN max", b: policies.Bounds{Min: 1e6, Base: 1e6, Max: math.NaN()}, wantErr: "max rate NaN bit/s is not a finite number"},
+		{name: "infinite max", b: policies.Bounds{Min: 1e6, Base: 1e6, Max: math.Inf(1)}, wantErr: "max rate +Inf bit/s is not a finite number"},
+		{name: "huge max", b: policies.Bounds{Min: 1e6, Base: 1e6, Max: 1e30}, wantErr: "is above the largest rate accepted"},
+		{name: "no whole kbit/s is fine", b: policies.Bounds{Min: 1500, Base: 1500, Max: 1900}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cfg controller.Config
+			cfg.Directions[estimator.Down].Bounds = tt.b
+			checkErr(t, "Validate()", cfg.Validate(), tt.wantErr)
+		})
+	}
+	var cfg controller.Config
+	cfg.Directions[estimator.Down] = controller.DirectionConfig{Bounds: downBounds, Safe: math.NaN()}
+	checkErr(t, "Validate() of a NaN safe rate", cfg.Validate(), "safe rate NaN bit/s is outside")
+}
+
+// A shaper's counter reset from between 2 and 4 GiB to a small value is no
+// 32-bit wrap: the controller gives the estimator the rate bounds that tell
+// them apart, and no tick reports more than the link can carry.
+func TestCounterResetIsNotAWrap(t *testing.T) {
+	var cfg controller.Config
+	cfg.Directions[estimator.Down].Bounds = downBounds
+	r := newRig(t, cfg)
+	for _, b := range []uint64{3<<30 - 62_500, 3 << 30, 5_000, 67_500} {
+		r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: b})
+		r.sample()
+		r.tick()
+		if got := r.ctrl.Observation(estimator.Down).Achieved; got > downBounds.Max {
+			t.Fatalf("after a reading of %d bytes: achieved %.0f bit/s, above the max rate %.0f", b, got, downBounds.Max)
+		}
+		r.now = r.now.Add(step)
+	}
+}
+
+// An idle spell does not end a stall: with no answer ever and no traffic,
+// the rates fall back to the safe rate and stay there through the idle
+// spell (the idle drift to base would raise them with no answer), and
+// through the load that comes back without answers; an answer ends it.
+func TestStallSurvivesIdle(t *testing.T) {
+	const safe = 4e6
+	var cfg controller.Config
+	cfg.Directions[estimator.Down] = controller.DirectionConfig{Bounds: downBounds, Safe: safe}
+	cfg.IdleAfter = 3 * time.Second
+	r := newRig(t, cfg)
+	r.pols[estimator.Down].setThen(raise)
+	var states []controller.State
+	note := func() {
+		if s := r.ctrl.State(); len(states) == 0 || states[len(states)-1] != s {
+			states = append(states, s)
+		}
+	}
+	for range 600 { // a minute without traffic or answers
+		r.tick()
+		note()
+		r.advance(step, [2]float64{})
+	}
+	if got := r.ctrl.Rate(estimator.Down); got != safe {
+		t.Errorf("after a minute without answers, idle: rate %v, want the safe rate %v", got, safe)
+	}
+	for range 100 { // traffic again, still no answer
+		r.advance(step, loaded)
+		r.tick()
+		note()
+		if got := r.ctrl.Rate(estimator.Down); got != safe {
+			t.Fatalf("loaded again without answers: rate %v, want the safe rate %v held", got, safe)
+		}
+	}
+	want := []controller.State{controller.Active, controller.Stall, controller.Idle, controller.Active, controller.Stall}
+	if diff := cmp.Diff(want, states); diff != "" {
+		t.Errorf("states (-want +got):\n%s", diff)
+	}
+	// Answers: active, and after the recovery the policy is obeyed again.
+	for range 20 {
+		r.advance(step, loaded)
+		r.sample()
+		r.tick()
+	}
+	if got := r.ctrl.Rate(estimator.Down); got <= safe || r.ctrl.State() != controller.Active {
+		t.Errorf("2s after answers came back: rate %v state %v, want active and above the safe rate", got, r.ctrl.State())
+	}
+}
+
+// A small rise the controller holds back (it waits for half a per cent) is
+// not written when the answers stop: a stall holds the rate written.
+func TestStallHoldsTheRateWritten(t *testing.T) {
+	var cfg controller.Config
+	cfg.Directions[estimator.Down].Bounds = downBounds
+	r := newRig(t, cfg)
+	pol := r.pols[estimator.Down]
+	r.sample()
+	r.tick() // the start, at base
+	base := r.ctrl.Rate(estimator.Down)
+	r.advance(step, loaded)
+	r.sample()
+	pol.push(base * 1.002) // too small to write yet
+	if decs := r.tick(); len(decs) != 0 {
+		t.Fatalf("a rise of 0.2 %% was written at once: %+v", changes(decs))
+	}
+	for range 40 { // two seconds without an answer
+		r.advance(step, loaded)
+		for _, c := range changes(r.tick()) {
+			if c.To > c.From {
+				t.Errorf("rose from %v to %v (%s, %s) without answers", c.From, c.To, c.Reason, c.State)
+			}
+		}
+	}
+	if got := r.ctrl.Rate(estimator.Down); got > base {
+		t.Errorf("rate after two seconds without answers = %v, above the %v written before", got, base)
+	}
 }

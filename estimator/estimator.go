@@ -153,6 +153,11 @@ func (c Config) threshold(rate float64) time.Duration {
 // a direction for which the same reflector has sent a one-way sample within
 // Config.Fresh before it, since the one-way delay says more.
 //
+// A step of either clock (NTP at boot) changes the offset at once: the
+// up and down baselines move by it when a probe's pair of one-way samples
+// shows one (see clockStep), so a step is never read as delay. RTT
+// samples, timed on the monotonic clock, need no such care.
+//
 // An Estimator is pure: time arrives with the inputs, and it starts no
 // goroutines. It takes no locks and is not safe for concurrent use: the
 // controller serialises the calls.
@@ -165,6 +170,10 @@ type Estimator struct {
 	dirs       [2]direction
 	// scratch holds the fresh deltas while the median is taken.
 	scratch []time.Duration
+	// up is an OWDUp sample held until the OWDDown sample of the same probe
+	// comes (see AddSample); upSet says whether there is one.
+	up    Sample
+	upSet bool
 }
 
 // A reflector is the state of one reflector.
@@ -206,6 +215,9 @@ type direction struct {
 	sent, offered rateMeter
 	capacity      float64
 	backlog       uint64
+	// maxRate is the highest rate of the shaper, bit/s (0: unknown): the
+	// meters' test of a counter that went backwards.
+	maxRate float64
 }
 
 // offeredRate is the rate at which traffic reached the shaper, counted as
@@ -244,16 +256,59 @@ func (e *Estimator) Config() Config { return e.cfg }
 // one whose send time is older than its reflector's newest for a direction
 // still enters the bloat window and Deltas but does not replace the newest.
 // Samples of an unknown Kind are ignored.
+//
+// The OWDUp and OWDDown samples of one timestamp probe (same reflector,
+// same send time, up first, as the probe targets give them) are taken as a
+// pair: an OWDUp sample waits for its OWDDown, and is taken alone when any
+// other sample or a call to Observe comes first. A pair is checked for a
+// clock step (see clockStep) before its baselines move.
 func (e *Estimator) AddSample(s Sample) {
 	if s.Kind < RTT || s.Kind > OWDDown {
 		return
 	}
-	r := e.reflectors[s.Reflector]
+	if s.Kind == OWDDown && e.upSet && e.up.Reflector == s.Reflector && e.up.Sent.Equal(s.Sent) {
+		e.upSet = false
+		e.addPair(e.reflector(s.Reflector), e.up, s)
+		return
+	}
+	e.flushUp()
+	if s.Kind == OWDUp {
+		e.up, e.upSet = s, true
+		return
+	}
+	e.addAlone(e.reflector(s.Reflector), s)
+}
+
+// reflector returns the state of the named reflector, made if new.
+func (e *Estimator) reflector(name string) *reflector {
+	r := e.reflectors[name]
 	if r == nil {
 		r = new(reflector)
-		e.reflectors[s.Reflector] = r
+		e.reflectors[name] = r
 	}
-	delta := r.baselines[s.Kind].update(s.Delay, s.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	return r
+}
+
+// flushUp takes the waiting OWDUp sample, if any, alone.
+func (e *Estimator) flushUp() {
+	if e.upSet {
+		e.upSet = false
+		e.addAlone(e.reflector(e.up.Reflector), e.up)
+	}
+}
+
+// addAlone takes one sample without its pair.
+func (e *Estimator) addAlone(r *reflector, s Sample) {
+	b := &r.baselines[s.Kind]
+	var delta time.Duration
+	if s.Kind != RTT && b.deviation(s.Delay) < -clockStepMin {
+		// Far below its baseline, and no other half to tell: it may be one
+		// half of a clock step whose other half was lost, so it does not
+		// pull the baseline down (the next pair settles it).
+		delta = 0
+	} else {
+		delta = b.update(s.Delay, s.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	}
 	switch s.Kind {
 	case OWDUp:
 		e.add(r, Up, delta, s.Sent, false)
@@ -267,6 +322,83 @@ func (e *Estimator) AddSample(s Sample) {
 			e.add(r, d, delta, s.Sent, true)
 		}
 	}
+}
+
+// addPair takes the OWDUp and OWDDown samples of one probe. When they show
+// a clock step, both baselines move by it first, so the step is no delay.
+func (e *Estimator) addPair(r *reflector, up, down Sample) {
+	bu, bd := &r.baselines[OWDUp], &r.baselines[OWDDown]
+	if bu.set && bd.set {
+		if o, ok := clockStep(bu.deviation(up.Delay), bd.deviation(down.Delay), r.newest[Up].delta, r.newest[Down].delta); ok {
+			bu.shift(-o)
+			bd.shift(o)
+		}
+	}
+	du := bu.update(up.Delay, up.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	dd := bd.update(down.Delay, down.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	e.add(r, Up, du, up.Sent, false)
+	e.add(r, Down, dd, down.Sent, false)
+}
+
+// clockStepMin is the smallest change of clock offset taken as a step.
+// NTP steps a clock only for offsets above 128 ms (ntpd; busybox's and
+// chrony's usual settings step from 1 s) and slews smaller ones, which the
+// baselines follow; below it, a baseline left high by a long stretch of
+// load could pass for a step and hide delay on the other side.
+//
+// Echo probes need none of this: they time the round trip on the
+// monotonic clock, which no step moves.
+const clockStepMin = 100 * time.Millisecond
+
+// clockStep tells a step of either clock from queueing in one timestamp
+// probe. dUp and dDown are its one-way delays' deviations from their
+// baselines (folded modulo a day); prevUp and prevDown the queueing the
+// reflector's previous probe showed on each side.
+//
+// A change o of the offset between the two clocks (ours stepped forward
+// or the reflector's back: o > 0) moves the delays by −o up and +o down
+// and leaves the round trip as it was; queueing only ever adds delay, on
+// one side or both. So the offset change is at least −dUp and at most
+// dDown: when that range holds 0, queueing alone explains the probe and
+// there is no step. Within it, the change taken is the one that leaves
+// each side's queueing nearest to what the previous probe showed (queues
+// do not jump when a clock does); when the round trip itself fell (a
+// shorter path, and no offset leaves both sides' queueing at zero or
+// more), the same rule shares the fall, neither side falling by more than
+// the round trip did. A step is reported only when the
+// change is at least clockStepMin and the round trip moved by at most half
+// as much: a step, not load.
+//
+// Offsets are known modulo a day, and the even split of dDown − dUp
+// modulo half a day, so of the two candidates half a day apart, the one
+// that leaves each side near half the round trip's change is taken: a
+// 12 h step is found as surely as a 2 s one.
+func clockStep(dUp, dDown, prevUp, prevDown time.Duration) (time.Duration, bool) {
+	rtt := foldDay(dUp + dDown)
+	even := foldDay((dDown - dUp) / 2)
+	if alt := foldDay(even + day/2); absDur(foldDay(dUp+alt)-rtt/2) < absDur(foldDay(dUp+even)-rtt/2) {
+		even = alt
+	}
+	// With rtt >= 0, the offsets in [lo, hi] leave both sides' queueing
+	// at zero or more; with rtt < 0, none does, and those in [lo, hi]
+	// leave neither side's fall more than rtt.
+	lo, hi := even-absDur(rtt)/2, even+absDur(rtt)/2
+	if rtt >= 0 && lo <= 0 && hi >= 0 {
+		return 0, false // queueing alone explains it
+	}
+	o := min(max(even-(prevDown-prevUp)/2, lo), hi)
+	if absDur(o) < clockStepMin || absDur(rtt) > absDur(o)/2 {
+		return 0, false
+	}
+	return o, true
+}
+
+// absDur returns |d|.
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // add attributes one sample's delta to direction d.
@@ -292,11 +424,25 @@ func (e *Estimator) add(r *reflector, d Direction, delta time.Duration, sent tim
 // is ignored. A counter that went backwards is taken as a 32-bit wrap, a
 // 64-bit wrap or, when neither is plausible, a reset: the achieved rate then
 // keeps its previous value and the next interval starts at this reading.
+// A wrap is plausible when the advance it implies is within a few times the
+// rate set by SetMaxRate over the interval (without one, when it is less
+// than half the counter's range).
 func (e *Estimator) AddCounter(d Direction, t time.Time, bytes uint64) {
 	if d != Down && d != Up {
 		return
 	}
-	e.dirs[d].meter.add(t, bytes)
+	e.dirs[d].meter.add(t, bytes, e.dirs[d].maxRate)
+}
+
+// SetMaxRate records the highest rate, in bit/s, that direction d's shaper
+// may be set to (its max bound; 0: unknown). The counters of d cannot
+// plausibly advance much faster, so a counter that went backwards by more
+// than that allows for is a reset, not a wrap.
+func (e *Estimator) SetMaxRate(d Direction, bps float64) {
+	if d != Down && d != Up {
+		return
+	}
+	e.dirs[d].maxRate = bps
 }
 
 // AddOffered records a reading of direction d's shaper counters taken at t:
@@ -307,8 +453,8 @@ func (e *Estimator) AddOffered(d Direction, t time.Time, sent, offered uint64) {
 	if d != Down && d != Up {
 		return
 	}
-	e.dirs[d].sent.add(t, sent)
-	e.dirs[d].offered.add(t, offered)
+	e.dirs[d].sent.add(t, sent, e.dirs[d].maxRate)
+	e.dirs[d].offered.add(t, offered, e.dirs[d].maxRate)
 }
 
 // SetCapacityEstimate records CAKE's capacity estimate for direction d in
@@ -333,6 +479,9 @@ func (e *Estimator) SetBacklog(d Direction, bytes uint64) {
 // The probe pool calls it when it drops a reflector, which keeps memory
 // bounded however many reflectors come and go.
 func (e *Estimator) ForgetReflector(name string) {
+	if e.upSet && e.up.Reflector == name {
+		e.upSet = false
+	}
 	delete(e.reflectors, name)
 }
 
@@ -353,6 +502,7 @@ func (e *Estimator) Baseline(name string, k Kind) (time.Duration, bool) {
 // The Deltas slices of the result belong to the Estimator and stay valid only
 // until the next call to Observe.
 func (e *Estimator) Observe(now time.Time, rates [2]float64) [2]Observation {
+	e.flushUp()
 	var loads [2]float64
 	for _, d := range Directions {
 		if rates[d] > 0 {

@@ -727,3 +727,44 @@ func BenchmarkAddSampleObserve(b *testing.B) {
 		e.Observe(at(sent), rates)
 	}
 }
+
+// A counter that falls from between 2 and 4 GiB to a small value was reset
+// (a 32-bit wrap would mean an advance far beyond what the link carries):
+// the interval gives no rate. A true wrap at the link's rate still counts.
+func TestCounterResetIsNotAWrap(t *testing.T) {
+	const (
+		gib     = 1 << 30
+		maxRate = 100e6 // bit/s
+		tick    = 50 * time.Millisecond
+	)
+	tests := []struct {
+		name     string
+		readings []uint64 // one per tick
+		want     float64
+	}{
+		// 1 Mbit/s, then a reset from 3 GiB to a few bytes.
+		{name: "reset from 3 GiB", readings: []uint64{3*gib - 6250, 3 * gib, 5}, want: 1e6},
+		{name: "reset from 2.5 GiB", readings: []uint64{5*gib/2 - 6250, 5 * gib / 2, 100_000}, want: 1e6},
+		// 80 Mbit/s across a 32-bit wrap.
+		{name: "32-bit wrap at the link's rate", readings: []uint64{math.MaxUint32 - 400_000, math.MaxUint32 - 200_000, 299_999}, want: 80e6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, d := range estimator.Directions {
+				e := newEstimator(t, estimator.Config{})
+				e.SetMaxRate(d, maxRate)
+				for i, b := range tt.readings {
+					e.AddCounter(d, at(time.Duration(i)*tick), b)
+					e.AddOffered(d, at(time.Duration(i)*tick), b, b)
+				}
+				obs := e.Observe(at(time.Duration(len(tt.readings))*tick), [2]float64{maxRate, maxRate})
+				if got := obs[d].Achieved; math.Abs(got-tt.want) > 1 {
+					t.Errorf("%v: Achieved = %.0f bit/s, want %.0f", d, got, tt.want)
+				}
+				if got := obs[d].Offered; math.Abs(got-tt.want) > 1 {
+					t.Errorf("%v: Offered = %.0f bit/s, want %.0f", d, got, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -234,19 +234,27 @@ const (
 	// result at all for longer than the deadline plus MissLimit+1 probe
 	// intervals, while other reflectors answered.
 	ReplaceLost
+	// ReplaceInconsistent: its answers contradict the physics: its last
+	// PoolConfig.MissLimit answers in a row were inconsistent (see
+	// Result.Inconsistent) while other reflectors answered consistently,
+	// or its baseline round trip is impossible (below zero, or longer than
+	// the deadline, which no answer may take).
+	ReplaceInconsistent
 	// ReplaceBaseline: its baseline round trip was far above the others'.
 	ReplaceBaseline
 	// ReplaceRotate: the slow rotation took its turn.
 	ReplaceRotate
 )
 
-// String returns "failed", "lost", "baseline" or "rotate".
+// String returns "failed", "lost", "inconsistent", "baseline" or "rotate".
 func (r ReplaceReason) String() string {
 	switch r {
 	case ReplaceFailed:
 		return "failed"
 	case ReplaceLost:
 		return "lost"
+	case ReplaceInconsistent:
+		return "inconsistent"
 	case ReplaceBaseline:
 		return "baseline"
 	case ReplaceRotate:
@@ -257,7 +265,7 @@ func (r ReplaceReason) String() string {
 
 // Replacements count a Pool's replacements by reason.
 type Replacements struct {
-	Failed, Lost, Baseline, Rotate uint64
+	Failed, Lost, Inconsistent, Baseline, Rotate uint64
 }
 
 // A PoolState is what a Pool is doing.
@@ -298,9 +306,11 @@ type ReflectorStats struct {
 	// (zero before that).
 	Since time.Time
 	// Answered and Lost count its probes since it joined the active set;
-	// Misses counts the probes it lost in a row.
-	Answered, Lost uint64
-	Misses         int
+	// Misses counts the probes it lost in a row. Inconsistent counts the
+	// answers (among Answered) that gave no sample because they
+	// contradicted themselves.
+	Answered, Lost, Inconsistent uint64
+	Misses                       int
 	// Baseline is its baseline round trip (for timestamps, the sum of the
 	// one-way delays, in which the clock offsets cancel), 0 before its
 	// first answer.
@@ -326,8 +336,9 @@ type PoolStats struct {
 
 // A Pool probes a few reflectors out of a longer list, one Target each,
 // and keeps the set healthy: every PoolConfig.CheckEvery it replaces at most
-// one reflector that failed, lost PoolConfig.MissLimit probes in a row, or
-// whose baseline round trip sits far above the others', and on the slow
+// one reflector that failed, lost PoolConfig.MissLimit probes in a row,
+// answers in contradiction with itself (see ReplaceInconsistent), or whose
+// baseline round trip sits far above the others', and on the slow
 // rotation schedule the longest-serving one, by the first spare that is not
 // cooling down. While the pool is stalled (no reflector answers), losses
 // are the link's, and no reflector is replaced for them. The set never
@@ -396,12 +407,14 @@ type poolSlot struct {
 	startAt time.Time // when its Target is due to start, zero if not
 	failed  error     // why its Target could not be made or ended
 
-	answered, lost uint64
-	misses         int
-	lastResult     time.Time // newest send time of a result, or start
-	baseline       baseline
-	method         Method
-	keptLogged     bool // "no spare" was logged for it
+	answered, lost, inconsistent uint64
+	misses                       int
+	// garbled counts the inconsistent answers in a row.
+	garbled    int
+	lastResult time.Time // newest send time of a result, or start
+	baseline   baseline
+	method     Method
+	keptLogged bool // "no spare" was logged for it
 }
 
 // A poolSpare is a reflector waiting for its turn.
@@ -640,12 +653,20 @@ func (p *Pool) deliver(i int, gen uint64, r Result) {
 		s.misses++
 		return
 	}
+	if r.Inconsistent {
+		// It answers, but what it says is of no use.
+		s.answered++
+		s.inconsistent++
+		s.misses = 0
+		s.garbled++
+		return
+	}
 	n := min(max(r.N, 0), len(r.Samples))
 	if n == 0 {
 		return
 	}
 	s.answered++
-	s.misses = 0
+	s.misses, s.garbled = 0, 0
 	if r.Sent.After(p.lastAnswer) {
 		p.lastAnswer = r.Sent
 	}
@@ -666,7 +687,7 @@ func (p *Pool) deliver(i int, gen uint64, r Result) {
 		}
 	}
 	// One-way delays carry the clocks' offset with opposite signs, so their
-	// sum is a round trip.
+	// sum is a round trip (modulo a day, which the baseline folds).
 	switch {
 	case rtts == 1:
 		s.method = Echo
@@ -697,13 +718,14 @@ func (p *Pool) check(now time.Time) {
 func (p *Pool) checkLocked(now time.Time) string {
 	median, haveMedian := p.medianBaseline()
 	// When no reflector answers, the link is down, not the reflectors:
-	// replacing them would only churn through the spares.
+	// replacing them would only churn through the spares. Likewise when
+	// none answers consistently: then the fault is our clock.
 	stalled := p.stateLocked() == PoolStalled
 	worst, reason := -1, ReplaceFailed
 	for i := range p.slots {
 		s := &p.slots[i]
 		r, bad := p.judge(s, now, median, haveMedian)
-		if bad && r == ReplaceLost && stalled {
+		if bad && (r == ReplaceLost || (r == ReplaceInconsistent && s.garbled > 0)) && stalled {
 			bad = false
 		}
 		if !bad {
@@ -764,6 +786,14 @@ func (p *Pool) judge(s *poolSlot, now time.Time, median time.Duration, haveMedia
 		return ReplaceLost, true
 	case now.Sub(s.lastResult) > p.cfg.Deadline+time.Duration(p.cfg.MissLimit+1)*p.interval:
 		return ReplaceLost, true // its Target reports nothing, not even losses
+	case s.garbled >= p.cfg.MissLimit:
+		return ReplaceInconsistent, true
+	case s.baseline.set && (s.baseline.value < -timestampSlack || s.baseline.value > p.cfg.Deadline+timestampSlack):
+		// A round trip below zero, or longer than any answer may take:
+		// one-way delays that add up to no round trip at all. (One far
+		// below the others' is possible, from a closer reflector; one far
+		// above is judged next.)
+		return ReplaceInconsistent, true
 	case haveMedian && s.baseline.set && now.Sub(s.since) >= poolWarmup &&
 		s.baseline.value > time.Duration(float64(median)*p.cfg.BaselineFactor)+p.cfg.BaselineMargin:
 		return ReplaceBaseline, true
@@ -812,6 +842,7 @@ func (p *Pool) replace(i, j int, reason ReplaceReason, now time.Time, median tim
 		zap.Int("misses", s.misses),
 		zap.Uint64("answered", s.answered),
 		zap.Uint64("lost", s.lost),
+		zap.Uint64("inconsistent", s.inconsistent),
 		zap.Float64("active_s", now.Sub(s.since).Seconds()),
 	}
 	if s.baseline.set {
@@ -832,6 +863,8 @@ func (p *Pool) replace(i, j int, reason ReplaceReason, now time.Time, median tim
 		p.replaced.Failed++
 	case ReplaceLost:
 		p.replaced.Lost++
+	case ReplaceInconsistent:
+		p.replaced.Inconsistent++
 	case ReplaceBaseline:
 		p.replaced.Baseline++
 	case ReplaceRotate:
@@ -929,13 +962,14 @@ func (p *Pool) Stats() PoolStats {
 	for i := range p.slots {
 		s := &p.slots[i]
 		st.Reflectors[i] = ReflectorStats{
-			Addr:     s.addr,
-			Since:    s.since,
-			Answered: s.answered,
-			Lost:     s.lost,
-			Misses:   s.misses,
-			Baseline: s.baseline.value,
-			Method:   s.method,
+			Addr:         s.addr,
+			Since:        s.since,
+			Answered:     s.answered,
+			Lost:         s.lost,
+			Misses:       s.misses,
+			Inconsistent: s.inconsistent,
+			Baseline:     s.baseline.value,
+			Method:       s.method,
 		}
 	}
 	for j, sp := range p.spares {

@@ -56,6 +56,13 @@ type poolFakeReply struct {
 	rtt time.Duration
 	// timestamp answers with one-way delays, which carry a clock offset.
 	timestamp bool
+	// garbage, with timestamp, adds this to the one-way delay up, as a
+	// reflector whose timestamps are garbage would (before the target's
+	// check refused such answers).
+	garbage time.Duration
+	// inconsistent answers as the target does an answer that contradicts
+	// itself: answered, no sample.
+	inconsistent bool
 }
 
 // A poolFakeStart is when one Target started, relative to poolT0.
@@ -217,10 +224,12 @@ func (t *poolFakeTarget) probe(now time.Time, sink func(estimator.Result)) {
 	switch {
 	case rep.lost:
 		r.Lost = true
+	case rep.inconsistent:
+		r.Inconsistent = true
 	case rep.timestamp:
 		// The reflector's clock is 3s ahead: the offset cancels in the sum.
 		const offset = 3 * time.Second
-		r.Samples[0] = estimator.Sample{Kind: estimator.OWDUp, Sent: now, Delay: rtt/2 + offset}
+		r.Samples[0] = estimator.Sample{Kind: estimator.OWDUp, Sent: now, Delay: rtt/2 + offset + rep.garbage}
 		r.Samples[1] = estimator.Sample{Kind: estimator.OWDDown, Sent: now, Delay: rtt - rtt/2 - offset}
 		r.N = 2
 	default:
@@ -1195,4 +1204,73 @@ func poolHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// A reflector whose answers contradict the physics is replaced at the next
+// check, warm-up or not: one whose one-way delays add up to an impossible
+// round trip (below zero, or beyond the deadline), and one whose answers
+// the target refused as inconsistent MissLimit times in a row. A round trip
+// far below the others' is possible (a closer reflector) and kept.
+func TestPoolReplacesInconsistentReflector(t *testing.T) {
+	tests := []struct {
+		name  string
+		reply poolFakeReply
+		want  []poolLogLine
+	}{
+		{name: "round trip below zero", reply: poolFakeReply{timestamp: true, garbage: -time.Second},
+			want: []poolLogLine{replacement(refC, "inconsistent", refE)}},
+		{name: "baseline of -59338s", reply: poolFakeReply{timestamp: true, garbage: -59338 * time.Second},
+			want: []poolLogLine{replacement(refC, "inconsistent", refE)}},
+		{name: "round trip beyond the deadline", reply: poolFakeReply{timestamp: true, garbage: 3 * time.Hour},
+			want: []poolLogLine{replacement(refC, "inconsistent", refE)}},
+		{name: "inconsistent answers", reply: poolFakeReply{inconsistent: true},
+			want: []poolLogLine{replacement(refC, "inconsistent", refE)}},
+		{name: "a closer reflector", reply: poolFakeReply{timestamp: true, rtt: time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 4, Rate: 20, Method: estimator.Timestamp}
+				h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
+					n.set(poolFakeReply{timestamp: true, rtt: 40 * time.Millisecond}, refA, refB, refD)
+					n.set(tt.reply, refC)
+				})
+				h.clock.AdvanceTo(5 * time.Second)
+				if diff := cmp.Diff(tt.want, h.replacements()); diff != "" {
+					t.Errorf("replacements at the first check (-want +got):\n%s", diff)
+				}
+				if tt.want != nil {
+					if got := h.pool.Stats().Replacements; got != (estimator.Replacements{Inconsistent: 1}) {
+						t.Errorf("Replacements = %+v, want one inconsistent", got)
+					}
+				}
+			})
+		})
+	}
+}
+
+// One inconsistent answer (a clock stepped while the probe was out) is no
+// reason to replace a reflector; nor are inconsistent answers from every
+// reflector, which tell of our clock.
+func TestPoolKeepsReflectorsOfAStep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20, Method: estimator.Timestamp}
+		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
+			n.set(poolFakeReply{timestamp: true}, refA, refB, refC)
+		})
+		h.clock.AdvanceTo(2 * time.Second)
+		h.net.set(poolFakeReply{inconsistent: true}, refA, refB, refC)
+		h.clock.AdvanceTo(2*time.Second + 150*time.Millisecond)
+		h.net.set(poolFakeReply{timestamp: true}, refA, refB, refC)
+		h.clock.AdvanceTo(10 * time.Second)
+		h.net.set(poolFakeReply{inconsistent: true}, refA, refB, refC)
+		h.clock.AdvanceTo(time.Minute)
+		if got := h.replacements(); len(got) != 0 {
+			t.Errorf("replaced: %v", got)
+		}
+		st := h.pool.Stats()
+		if st.Reflectors[0].Inconsistent == 0 || st.Reflectors[0].Answered < st.Reflectors[0].Inconsistent {
+			t.Errorf("A's stats %+v: want inconsistent answers counted among the answered", st.Reflectors[0])
+		}
+	})
 }

@@ -57,7 +57,12 @@ type Result struct {
 	Seq       int
 	Sent      time.Time
 	Lost      bool
-	// Samples holds N valid samples (N is 0 when lost).
+	// Inconsistent marks an answer that gave no sample because it
+	// contradicted itself: a timestamp reply whose one-way delays do not
+	// add up to the round trip timed on the monotonic clock (a clock
+	// stepped while the probe was out, or a reflector that sends garbage).
+	Inconsistent bool
+	// Samples holds N valid samples (N is 0 when lost or inconsistent).
 	Samples [2]Sample
 	N       int
 }
@@ -67,8 +72,11 @@ type TargetStats struct {
 	Sent, Answered, Lost uint64
 	// Late answers came after the deadline; Duplicates repeated an answer
 	// already taken; Stray answers matched no probe of ours (wrong id,
-	// sequence or payload). All three are ignored.
+	// sequence, payload or source address). All three are ignored.
 	Late, Duplicates, Stray uint64
+	// Inconsistent counts the answers (among Answered) that gave no sample
+	// because they contradicted themselves (see Result.Inconsistent).
+	Inconsistent uint64
 	// Method is what the target uses now (Auto falls back to Echo).
 	Method Method
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"sort"
 	"sync"
 	"time"
 
@@ -29,8 +28,7 @@ import (
 // waiting for the deadline). Sent = Answered + Lost + the probes in flight
 // (or given up when Run ended).
 // Results are numbered (Result.Seq) from 0 in send order, per target; the
-// 16-bit sequence numbers on the wire are the low bits (timestamp) or the
-// pinger's own (echo).
+// 16-bit sequence numbers on the wire are the low bits.
 
 // Defaults and bounds for targets.
 const (
@@ -60,7 +58,7 @@ const (
 	EchoSocketAuto EchoSocket = iota
 	// EchoSocketRaw uses a raw ICMP socket (needs CAP_NET_RAW). The kernel
 	// passes it only the echo replies that carry its identifier (a BPF
-	// filter).
+	// filter), and for IPv4 only those from the reflector.
 	EchoSocketRaw
 	// EchoSocketDatagram uses an unprivileged ICMP datagram socket. The
 	// kernel allows it only to the groups in net.ipv4.ping_group_range (for
@@ -72,8 +70,8 @@ const (
 // TargetOptions tune the targets that a factory from NewTargetFactory makes.
 // The zero value is what NewTarget uses.
 type TargetOptions struct {
-	// Logger receives socket errors (once per outage, and their end) and
-	// pro-bing's messages; nil means no logging.
+	// Logger receives socket errors (once per outage, and their end); nil
+	// means no logging.
 	Logger *zap.Logger
 	// EchoSocket chooses the kind of socket for echo probes.
 	EchoSocket EchoSocket
@@ -279,6 +277,7 @@ func (f *fallbackTarget) Stats() TargetStats {
 	s.Late += before.Late
 	s.Duplicates += before.Duplicates
 	s.Stray += before.Stray
+	s.Inconsistent += before.Inconsistent
 	return s
 }
 
@@ -296,14 +295,15 @@ const (
 type probe struct {
 	sent time.Time
 	// tag is what, besides the sequence number, identifies the answer:
-	// the originate timestamp for timestamps, the pinger's generation and
-	// sequence for echo.
+	// the originate timestamp for timestamps, a random payload for echo.
 	tag   uint64
 	state probeState
 	// unsent marks a probe the kernel refused to send.
-	unsent  bool
-	n       int
-	samples [2]Sample
+	unsent bool
+	// inconsistent marks an answer that contradicted itself.
+	inconsistent bool
+	n            int
+	samples      [2]Sample
 }
 
 // A window remembers a target's latest probes in a ring of fixed capacity,
@@ -371,14 +371,6 @@ func (w *window) add(sent time.Time, tag uint64) int {
 	return seq
 }
 
-// addUnsent records a probe that could not be sent at sent: it is lost at
-// once. The window must not be full.
-func (w *window) addUnsent(sent time.Time, tag uint64) int {
-	seq := w.add(sent, tag)
-	w.unsent(w.lookup(seq))
-	return seq
-}
-
 // unsent marks p, still awaiting, as refused by the kernel: lost.
 func (w *window) unsent(p *probe) {
 	p.unsent = true
@@ -412,6 +404,13 @@ func (w *window) accept(p *probe, took time.Duration) bool {
 	p.state = answered
 	w.stats.Answered++
 	return true
+}
+
+// reject marks p, just accepted, as answered inconsistently: it gives no
+// sample.
+func (w *window) reject(p *probe) {
+	p.inconsistent = true
+	w.stats.Inconsistent++
 }
 
 // addSample adds a sample of kind and delay to p, just accepted.
@@ -458,12 +457,13 @@ func (w *window) pop(dst []Result) []Result {
 			break
 		}
 		dst = append(dst, Result{
-			Reflector: w.addr,
-			Seq:       w.first,
-			Sent:      p.sent,
-			Lost:      p.state == lost,
-			Samples:   p.samples,
-			N:         p.n,
+			Reflector:    w.addr,
+			Seq:          w.first,
+			Sent:         p.sent,
+			Lost:         p.state == lost,
+			Inconsistent: p.inconsistent,
+			Samples:      p.samples,
+			N:            p.n,
 		})
 	}
 	return dst
@@ -479,25 +479,6 @@ func (w *window) reset() {
 	}
 }
 
-// findTag returns the sequence number and record of the probe that was sent
-// (not refused) with tag, among those remembered, where tags never decrease
-// with the sequence numbers; the probe is nil when the window does not
-// remember it.
-func (w *window) findTag(tag uint64) (int, *probe) {
-	lo := w.oldest()
-	i := sort.Search(w.next-lo, func(i int) bool { return w.lookup(lo+i).tag >= tag })
-	for seq := lo + i; seq < w.next; seq++ {
-		p := w.lookup(seq)
-		if p.tag != tag {
-			break
-		}
-		if !p.unsent {
-			return seq, p
-		}
-	}
-	return 0, nil
-}
-
 // A reporter passes the fates a window knows on to a sink, from the one
 // goroutine that calls sink, and wakes up at the next deadline. Targets
 // share it: the goroutines that send and receive change the window under mu
@@ -510,8 +491,6 @@ type reporter struct {
 	timer  *time.Timer
 	// out is reused from one report to the next.
 	out []Result
-	// room, when not nil, is signalled when probes leave the window.
-	room *sync.Cond
 }
 
 // newReporter returns a reporter for w, guarded by mu, with its timer
@@ -542,9 +521,6 @@ func (r *reporter) report(sink func(Result), makeRoom bool) {
 		r.w.evictOldest()
 	}
 	r.out = r.w.pop(r.out[:0])
-	if r.room != nil && len(r.out) > 0 {
-		r.room.Broadcast()
-	}
 	r.mu.Unlock()
 	for _, res := range r.out {
 		sink(res)

@@ -3,24 +3,22 @@ package estimator
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	probing "github.com/prometheus-community/pro-bing"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 // Tests of what the targets share, without sockets: the factory's checks,
 // the Auto fallback (with fake targets), the window, and the echo target's
-// pro-bing hooks fed by hand.
+// matching of replies fed by hand.
 
 func TestNewTargetRefuses(t *testing.T) {
 	v4 := netip.MustParseAddr("10.77.0.2")
@@ -280,131 +278,179 @@ func TestWindowBounds(t *testing.T) {
 	w.add(t0, 99)
 }
 
-func TestWindowFindTag(t *testing.T) {
-	refl := netip.MustParseAddr("10.77.0.2")
-	w := newWindow(refl, time.Millisecond, 4*time.Millisecond)
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	run0 := &echoRun{gen: 0}
-	run1 := &echoRun{gen: 1}
-	w.addUnsent(t0, run0.tag(0)) // 0: refused; pro-bing sends 0 again
-	w.add(t0, run0.tag(0))       // 1
-	w.add(t0, run0.tag(1))       // 2
-	w.addUnsent(t0, run1.tag(0)) // 3: the next pinger's first send fails
-	w.add(t0, run1.tag(0))       // 4
-	w.add(t0, run1.tag(1))       // 5
-	tests := []struct {
-		tag     uint64
-		wantSeq int
-		found   bool
-	}{
-		{run0.tag(0), 1, true},
-		{run0.tag(1), 2, true},
-		{run0.tag(2), 0, false},
-		{run1.tag(0), 4, true},
-		{run1.tag(1), 5, true},
-		{run1.tag(2), 0, false},
-		{(&echoRun{gen: 2}).tag(0), 0, false},
-	}
-	for _, tt := range tests {
-		seq, p := w.findTag(tt.tag)
-		if (p != nil) != tt.found || seq != tt.wantSeq {
-			t.Errorf("findTag(%#x) = %d, found %v; want %d, found %v", tt.tag, seq, p != nil, tt.wantSeq, tt.found)
-		}
-	}
+// An echoReply describes a reply handed to an echoTarget: by default the
+// right answer to probe seq from the reflector, arriving after took.
+type echoReply struct {
+	seq  int
+	took time.Duration
+	from netip.Addr
+	// change, if set, changes the reply before it is encoded.
+	change func(*icmp.Message, *icmp.Echo)
+	// corrupt flips a bit of the encoded reply.
+	corrupt bool
 }
 
-func TestEchoHooks(t *testing.T) {
+func TestEchoMatching(t *testing.T) {
 	const ms = time.Millisecond
-	refl := netip.MustParseAddr("fd77::2")
-	other := &net.IPAddr{IP: net.ParseIP("fd77::3")}
-	from := &net.IPAddr{IP: net.ParseIP("fd77::2")}
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	now := t0
-	e := newEchoTarget(refl, 10*ms, 100*ms, true, zap.NewNop())
-	e.now = func() time.Time { return now }
-	e.rep = newReporter(&e.mu, e.w, e.now)
-	sendErr := &net.OpError{Op: "write", Net: "ip6:ipv6-icmp", Err: os.NewSyscallError("sendto", syscall.ENETUNREACH)}
-	retried := &net.OpError{Op: "write", Net: "ip6:ipv6-icmp", Err: syscall.ENOBUFS}
-
-	run0 := &echoRun{gen: 0, count: 3, done: make(chan struct{})}
-	run1 := &echoRun{gen: 1, count: 3, done: make(chan struct{})}
-	step := func() { now = now.Add(10 * ms) }
-	e.onSend(run0, &probing.Packet{Seq: 0}) // probe 0 at t0
-	step()
-	e.onSend(run0, &probing.Packet{Seq: 1}) // 1 at 10 ms
-	step()
-	e.onSendError(run0, &probing.Packet{Seq: 2}, retried) // pro-bing retries: nothing
-	e.onSendError(run0, &probing.Packet{Seq: 2}, sendErr) // 2 at 20 ms: refused
-	step()
-	e.onSend(run0, &probing.Packet{Seq: 2}) // 3 at 30 ms
-	step()
-	e.onSend(run1, &probing.Packet{Seq: 0}) // 4 at 40 ms, the next pinger
-	select {
-	case <-run0.done:
-	default:
-		t.Error("the first pinger's batch is not done after 3 sends")
+	type tc struct {
+		name       string
+		privileged bool
+		probes     int
+		replies    []echoReply
+		// end is when the fates are collected, after t0.
+		end       time.Duration
+		want      map[int]time.Duration // the round trips of the probes answered; the others are lost
+		wantStats TargetStats
 	}
-
-	// Replies, each at its time; pkt.Rtt is not used (the first lies).
-	recv := func(run *echoRun, seq int, at time.Duration, ip *net.IPAddr) {
-		now = t0.Add(at)
-		e.onRecv(run, &probing.Packet{Seq: seq, Rtt: -time.Hour, IPAddr: ip})
-	}
-	recv(run0, 1, 15*ms, from)  // probe 1 after 5 ms
-	recv(run0, 2, 32*ms, from)  // probe 3 after 2 ms
-	recv(run1, 0, 41*ms, other) // stray
-	recv(run1, 0, 190*ms, from) // probe 4 after 150 ms: late
-	recv(run0, 0, 191*ms, from) // probe 0 after 191 ms: late
-	recv(run1, 7, 192*ms, from) // never sent: pro-bing would not pass it; late
-	e.newPinger(run0).OnDuplicateRecv(&probing.Packet{Seq: 0})
-
-	e.w.expire(t0.Add(time.Second))
-	got := e.w.pop(nil)
-	rtt := func(sent time.Time, d time.Duration) [2]Sample {
-		return [2]Sample{{Reflector: "fd77::2", Kind: RTT, Sent: sent, Delay: d}}
-	}
-	want := []Result{
-		{Reflector: refl, Seq: 0, Sent: t0, Lost: true},
-		{Reflector: refl, Seq: 1, Sent: t0.Add(10 * ms), Samples: rtt(t0.Add(10*ms), 5*ms), N: 1},
-		{Reflector: refl, Seq: 2, Sent: t0.Add(20 * ms), Lost: true},
-		{Reflector: refl, Seq: 3, Sent: t0.Add(30 * ms), Samples: rtt(t0.Add(30*ms), 2*ms), N: 1},
-		{Reflector: refl, Seq: 4, Sent: t0.Add(40 * ms), Lost: true},
-	}
-	if diff := cmp.Diff(want, got, probeCmp); diff != "" {
-		t.Errorf("results (-want +got):\n%s", diff)
-	}
-	wantStats := TargetStats{Sent: 5, Answered: 2, Lost: 3, Late: 3, Duplicates: 1, Stray: 1, Method: Echo}
-	if diff := cmp.Diff(wantStats, e.Stats()); diff != "" {
-		t.Errorf("Stats() (-want +got):\n%s", diff)
-	}
-}
-
-func TestProbingLoggerDoesNotExit(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
-	// Were Fatalf passed on as zap's Fatal, the test would panic here
-	// rather than exit.
-	l := probingLogger{zap.New(core, zap.WithFatalHook(zapcore.WriteThenPanic)).Sugar()}
-	l.Fatalf("sending packet: %s", "network is unreachable")
-	l.Errorf("e")
-	l.Warnf("w")
-	l.Infof("i")
-	l.Debugf("d")
-	type entry struct {
-		Level   zapcore.Level
-		Message string
-	}
-	var got []entry
-	for _, e := range logs.All() {
-		got = append(got, entry{e.Level, e.Message})
-	}
-	want := []entry{
-		{zapcore.DebugLevel, "pro-bing: sending packet: network is unreachable"},
-		{zapcore.DebugLevel, "pro-bing: e"},
-		{zapcore.WarnLevel, "pro-bing: w"},
-		{zapcore.InfoLevel, "pro-bing: i"},
-		{zapcore.DebugLevel, "pro-bing: d"},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("log entries (-want +got):\n%s", diff)
+	for _, v := range []struct {
+		name        string
+		refl, other netip.Addr
+	}{
+		{"IPv4", netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("10.77.0.3")},
+		{"IPv6", netip.MustParseAddr("fd77::2"), netip.MustParseAddr("fd77::3")},
+	} {
+		other := v.other
+		tests := []tc{
+			{
+				name: "answered", privileged: true, probes: 2,
+				replies:   []echoReply{{seq: 0, took: 5 * ms}, {seq: 1, took: 2 * ms}},
+				end:       20 * ms,
+				want:      map[int]time.Duration{0: 5 * ms, 1: 2 * ms},
+				wantStats: TargetStats{Sent: 2, Answered: 2, Method: Echo},
+			},
+			{
+				// A forged copy from elsewhere comes first, right in all
+				// else: a stray; the genuine reply after it counts.
+				name: "forged copy from another address first", privileged: true, probes: 2,
+				replies: []echoReply{
+					{seq: 0, took: 1 * ms, from: other},
+					{seq: 0, took: 2 * ms},
+					{seq: 1, took: 1 * ms, from: other},
+					{seq: 1, took: 2 * ms},
+				},
+				end:       20 * ms,
+				want:      map[int]time.Duration{0: 2 * ms, 1: 2 * ms},
+				wantStats: TargetStats{Sent: 2, Answered: 2, Stray: 2, Method: Echo},
+			},
+			{
+				name: "strays", privileged: true, probes: 1,
+				replies: []echoReply{
+					{seq: 0, took: 1 * ms, change: func(_ *icmp.Message, e *icmp.Echo) { e.ID++ }},
+					{seq: 0, took: 1 * ms, change: func(_ *icmp.Message, e *icmp.Echo) { e.Seq++ }},
+					{seq: 0, took: 1 * ms, change: func(_ *icmp.Message, e *icmp.Echo) { e.Data[7]++ }},
+					{seq: 0, took: 1 * ms, change: func(_ *icmp.Message, e *icmp.Echo) { e.Data = e.Data[:4] }},
+					{seq: 0, took: 1 * ms, change: func(m *icmp.Message, _ *icmp.Echo) {
+						if m.Type == ipv4.ICMPTypeEchoReply {
+							m.Type = ipv4.ICMPTypeEcho
+						} else {
+							m.Type = ipv6.ICMPTypeEchoRequest
+						}
+					}},
+					{seq: 0, took: 1 * ms, from: other},
+				},
+				end:       200 * ms,
+				wantStats: TargetStats{Sent: 1, Lost: 1, Stray: 6, Method: Echo},
+			},
+			{
+				// On a datagram socket the kernel chose the identifier and
+				// checked it.
+				name: "datagram socket: any identifier", probes: 1,
+				replies:   []echoReply{{seq: 0, took: 1 * ms, change: func(_ *icmp.Message, e *icmp.Echo) { e.ID = 7 }}},
+				end:       20 * ms,
+				want:      map[int]time.Duration{0: 1 * ms},
+				wantStats: TargetStats{Sent: 1, Answered: 1, Method: Echo},
+			},
+			{
+				name: "datagram socket: the source still counts", probes: 1,
+				replies:   []echoReply{{seq: 0, took: 1 * ms, from: other}},
+				end:       200 * ms,
+				wantStats: TargetStats{Sent: 1, Lost: 1, Stray: 1, Method: Echo},
+			},
+			{
+				name: "duplicate and late", privileged: true, probes: 2,
+				replies: []echoReply{
+					{seq: 0, took: 1 * ms},
+					{seq: 0, took: 2 * ms},
+					{seq: 1, took: 150 * ms},
+				},
+				end:       200 * ms,
+				want:      map[int]time.Duration{0: 1 * ms},
+				wantStats: TargetStats{Sent: 2, Answered: 1, Lost: 1, Late: 1, Duplicates: 1, Method: Echo},
+			},
+		}
+		if v.refl.Is4() {
+			tests = append(tests, tc{
+				name: "bad checksum", privileged: true, probes: 1,
+				replies:   []echoReply{{seq: 0, took: 1 * ms, corrupt: true}, {seq: 0, took: 2 * ms}},
+				end:       20 * ms,
+				want:      map[int]time.Duration{0: 2 * ms},
+				wantStats: TargetStats{Sent: 1, Answered: 1, Stray: 1, Method: Echo},
+			})
+		}
+		for _, tt := range tests {
+			t.Run(v.name+"/"+tt.name, func(t *testing.T) {
+				e := newEchoTarget(v.refl, 10*ms, 100*ms, tt.privileged, zap.NewNop())
+				e.id = 0xbeef
+				proto := 1
+				if v.refl.Is6() {
+					proto = 58
+				}
+				sent := make([]*icmp.Message, tt.probes)
+				sentAt := make([]time.Time, tt.probes)
+				for i := range sent {
+					sentAt[i] = t0.Add(time.Duration(i) * 10 * ms)
+					seq, req := e.prepare(sentAt[i], uint64(0x1234_5678_9abc_0000+i))
+					if seq != i {
+						t.Fatalf("probe %d got sequence number %d", i, seq)
+					}
+					m, err := icmp.ParseMessage(proto, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sent[i] = m
+				}
+				for _, r := range tt.replies {
+					req := sent[r.seq].Body.(*icmp.Echo)
+					body := &icmp.Echo{ID: req.ID, Seq: req.Seq, Data: append([]byte(nil), req.Data...)}
+					m := &icmp.Message{Type: ipv4.ICMPTypeEchoReply, Body: body}
+					if proto == 58 {
+						m.Type = ipv6.ICMPTypeEchoReply
+					}
+					if r.change != nil {
+						r.change(m, body)
+					}
+					b, err := m.Marshal(nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.corrupt {
+						b[len(b)-1] ^= 0x40
+					}
+					from := v.refl
+					if r.from.IsValid() {
+						from = r.from
+					}
+					e.receive(b, from, sentAt[r.seq].Add(r.took))
+				}
+				e.w.expire(t0.Add(tt.end))
+				got := e.w.pop(nil)
+				var want []Result
+				for i := range tt.probes {
+					r := Result{Reflector: v.refl, Seq: i, Sent: sentAt[i], Lost: true}
+					if took, ok := tt.want[i]; ok {
+						r.Lost, r.N = false, 1
+						r.Samples[0] = Sample{Reflector: v.refl.String(), Kind: RTT, Sent: sentAt[i], Delay: took}
+					}
+					want = append(want, r)
+				}
+				if diff := cmp.Diff(want, got, probeCmp); diff != "" {
+					t.Errorf("results (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(tt.wantStats, e.Stats()); diff != "" {
+					t.Errorf("Stats() (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }

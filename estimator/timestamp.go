@@ -32,6 +32,15 @@ import (
 // (−12 h, +12 h] so that a probe crossing midnight (on either clock) gives
 // the same delay as any other.
 //
+// The timestamps are wall-clock times, which NTP may step (at boot, on a
+// router without a real-time clock, by seconds or by years). The round
+// trip is also timed on the monotonic clock, which no step moves, and the
+// offsets cancel in up + down: a reply whose up + down differs from that
+// round trip by more than timestampSlack (a clock stepped while it was
+// out, or garbage from the reflector) gives no sample. A step between
+// probes moves up and down by equal and opposite amounts; the estimator
+// finds it in the pair and moves its baselines (see clockStep).
+//
 // RFC 792 lets a host that cannot give milliseconds since midnight UT set
 // the high bit and send any time it likes. The bit is cleared and the value
 // taken as milliseconds modulo a day all the same: the offset is constant,
@@ -58,6 +67,12 @@ const (
 	// nonStandardTime is the high bit of a timestamp, which RFC 792 sets
 	// when the value is not milliseconds since midnight UT.
 	nonStandardTime = 1 << 31
+	// timestampSlack is how far a reply's up + down may differ from the
+	// round trip timed on the monotonic clock: four readings at 1 ms
+	// resolution (two ours, two the reflector's) make up to 2 ms either
+	// way, the reflector's time between receive and transmit shortens the
+	// sum, and 3 ms of margin covers a slow reflector.
+	timestampSlack = 5 * time.Millisecond
 )
 
 // A timestampMsg is an ICMP timestamp request or reply.
@@ -152,6 +167,13 @@ func foldMS(a, b uint32) time.Duration {
 // reflector's clock offset, with opposite signs.
 func oneWayDelays(m timestampMsg, arrival uint32) (up, down time.Duration) {
 	return foldMS(clockMS(m.Receive), m.Originate), foldMS(arrival, clockMS(m.Transmit))
+}
+
+// consistent reports whether one-way delays up and down (each with any
+// clock offset, modulo a day) add up to the round trip rtt, within
+// timestampSlack.
+func consistent(up, down, rtt time.Duration) bool {
+	return absDur(foldDay(up+down-rtt)) <= timestampSlack
 }
 
 // A timestampTarget probes one IPv4 reflector with ICMP timestamp requests.
@@ -351,10 +373,15 @@ func (t *timestampTarget) receive(b []byte, from netip.Addr, arrival time.Time) 
 		t.w.stats.Stray++
 		return
 	}
-	if !t.w.accept(p, arrival.Sub(p.sent)) {
+	rtt := arrival.Sub(p.sent) // monotonic: no clock step moves it
+	if !t.w.accept(p, rtt) {
 		return
 	}
 	up, down := oneWayDelays(m, msSinceMidnight(arrival))
+	if !consistent(up, down, rtt) {
+		t.w.reject(p)
+		return
+	}
 	t.w.addSample(p, OWDUp, up)
 	t.w.addSample(p, OWDDown, down)
 }

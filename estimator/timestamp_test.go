@@ -267,6 +267,36 @@ func TestTimestampMatching(t *testing.T) {
 			wantStats: TargetStats{Sent: 1, Answered: 1, Method: Timestamp},
 		},
 		{
+			// The reflector's clock is 2 h ahead: the offset cancels in
+			// up + down, which match the round trip.
+			name: "clock offset", start: t0, probes: 1,
+			replies: []tsReply{{seq: 0, took: 4 * ms, remote: 2 * ms, change: func(m *timestampMsg) {
+				m.Receive = (m.Receive + 2*3_600_000) % msPerDay
+				m.Transmit = (m.Transmit + 2*3_600_000) % msPerDay
+			}}},
+			end:       5 * ms,
+			want:      []Result{answer(t0, 0, 2*time.Hour+2*ms, -2*time.Hour+2*ms)},
+			wantStats: TargetStats{Sent: 1, Answered: 1, Method: Timestamp},
+		},
+		{
+			// Up + down is not the round trip timed on our monotonic
+			// clock: garbage, or a clock stepped while the probe was out.
+			// Answered, but no sample.
+			name: "timestamps that contradict the round trip", start: t0, probes: 3,
+			replies: []tsReply{
+				{seq: 0, took: 4 * ms, remote: 2 * ms, change: func(m *timestampMsg) { m.Receive = 12_345 }},
+				{seq: 1, took: 4 * ms, remote: 2 * ms, change: func(m *timestampMsg) { m.Transmit -= 2000 }},
+				{seq: 2, took: 4 * ms, remote: 2 * ms, change: func(m *timestampMsg) { m.Originate, m.Receive, m.Transmit = 0, 0, 0 }},
+			},
+			end: 130 * ms,
+			want: []Result{
+				{Reflector: refl, Seq: 0, Sent: t0, Inconsistent: true},
+				{Reflector: refl, Seq: 1, Sent: t0.Add(10 * ms), Inconsistent: true},
+				{Reflector: refl, Seq: 2, Sent: t0.Add(20 * ms), Lost: true},
+			},
+			wantStats: TargetStats{Sent: 3, Answered: 2, Lost: 1, Stray: 1, Inconsistent: 2, Method: Timestamp},
+		},
+		{
 			name: "answers out of order come out in send order", start: t0, probes: 3,
 			replies: []tsReply{
 				{seq: 2, took: 1 * ms},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,17 +19,35 @@ import (
 // PacketBytes is the size of one Mahimahi delivery opportunity.
 const PacketBytes = 1500
 
+// Bounds on the traces taken, so that any input, even an endless stream, is
+// read in bounded memory and every figure derived from it (bytes
+// delivered over the simulator's longest run, 48 h) fits an int64.
+const (
+	// MaxPeriod is the longest recorded trace: an hour. A trace is held as
+	// one int64 per millisecond (29 MB for an hour); the published Mahimahi
+	// traces run for 2 to 18 minutes, and the simulator loops a trace.
+	MaxPeriod = time.Hour
+	// MaxScheduleTime is the latest start of a schedule's step: a day, so
+	// that the default run (the last step plus 30 s) stays within the
+	// simulator's 48 h.
+	MaxScheduleTime = 24 * time.Hour
+	// maxOpportunitiesPerMs is the most delivery opportunities one
+	// millisecond may hold: actuator.MaxRate (10 Tbit/s).
+	maxOpportunitiesPerMs = int64(actuator.MaxRate) / 8 / 1000 / PacketBytes
+)
+
 // A Trace is a link's capacity over time, at millisecond resolution: either a
 // recorded Mahimahi trace (looped at its end, as mm-link does) or a schedule
 // of constant rates (the last one holds forever).
 type Trace struct {
 	Name string
-	// Recorded trace: bytes deliverable in each millisecond of one period, and
-	// their running sum (cum[i] = bytes in [0, i)).
-	bytes []int32
-	cum   []int64
-	// Schedule: rates in bit/s from each step's start.
-	steps []Step
+	// Recorded trace: the bytes deliverable in [0, i) of one period for
+	// each i from 0 to the period (so cum[i+1]-cum[i] is millisecond i's).
+	cum []int64
+	// Schedule: rates in bit/s from each step's start, and the bits
+	// delivered before each step's start.
+	steps  []Step
+	before []float64
 }
 
 // A Step is one constant-rate stretch of a schedule.
@@ -58,12 +77,19 @@ func LoadTrace(s string) (*Trace, error) {
 
 // ParseMahimahi reads a trace in Mahimahi format: one line per 1500-byte
 // delivery opportunity, holding the millisecond at which it occurs, in
-// non-decreasing order. The period is the last timestamp.
+// non-decreasing order. The period is the last timestamp, at most
+// MaxPeriod; one millisecond holds at most 10 Tbit/s worth of
+// opportunities. The lines are not kept: memory grows with the period
+// only.
 func ParseMahimahi(name string, r io.Reader) (*Trace, error) {
-	var stamps []int64
+	maxMs := MaxPeriod.Milliseconds()
+	// cum[i] is the bytes in [0, i) for i up to the latest timestamp;
+	// the last entry is still growing.
+	cum := []int64{0, 0}
 	sc := bufio.NewScanner(r)
 	line := 0
-	var last int64
+	var last, inLast int64 // the latest timestamp and its opportunities
+	n := 0
 	for sc.Scan() {
 		line++
 		txt := strings.TrimSpace(sc.Text())
@@ -80,36 +106,50 @@ func ParseMahimahi(name string, r io.Reader) (*Trace, error) {
 		if v < last {
 			return nil, fmt.Errorf("trace %s: line %d: timestamp %d is before the previous one (%d)", name, line, v, last)
 		}
-		if v > 24*3600*1000 {
-			return nil, fmt.Errorf("trace %s: line %d: timestamp %d is longer than a day", name, line, v)
+		if v > maxMs {
+			return nil, fmt.Errorf("trace %s: line %d: timestamp %d ms is beyond %d ms (%v), the longest trace taken", name, line, v, maxMs, MaxPeriod)
 		}
-		last = v
-		stamps = append(stamps, v)
+		if need := int(v) + 2 - len(cum); need > 0 {
+			top := cum[len(cum)-1]
+			cum = slices.Grow(cum, need)
+			for range need {
+				cum = append(cum, top)
+			}
+			last, inLast = v, 0
+		}
+		if inLast++; inLast > maxOpportunitiesPerMs {
+			return nil, fmt.Errorf("trace %s: line %d: more than %d opportunities in millisecond %d: above 10 Tbit/s", name, line, maxOpportunitiesPerMs, v)
+		}
+		cum[v+1] += PacketBytes
+		n++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("trace %s: %w", name, err)
 	}
-	if len(stamps) == 0 {
+	if n == 0 {
 		return nil, fmt.Errorf("trace %s: no delivery opportunities", name)
 	}
 	if last == 0 {
 		return nil, fmt.Errorf("trace %s: all opportunities at 0 ms: the trace has no duration", name)
 	}
+	// The opportunities at the last timestamp fall on millisecond 0 of the
+	// next period.
 	period := last
-	b := make([]int32, period)
-	for _, v := range stamps {
-		b[v%period] += PacketBytes
+	atEnd := cum[period+1] - cum[period]
+	cum = cum[:period+1]
+	for i := int64(1); i <= period; i++ {
+		cum[i] += atEnd
 	}
-	cum := make([]int64, period+1)
-	for i, x := range b {
-		cum[i+1] = cum[i] + int64(x)
+	if cum[1] > maxOpportunitiesPerMs*PacketBytes {
+		return nil, fmt.Errorf("trace %s: more than %d opportunities in millisecond 0 with those at %d ms, which fall on it: above 10 Tbit/s", name, maxOpportunitiesPerMs, period)
 	}
-	return &Trace{Name: name, bytes: b, cum: cum}, nil
+	return &Trace{Name: name, cum: cum}, nil
 }
 
 // ParseSchedule parses "20mbit" (constant) or steps such as
-// "40mbit@0s,10mbit@30s,40mbit@60s". Steps start at 0s, increase in time, and
-// the last rate must be positive.
+// "40mbit@0s,10mbit@30s,40mbit@60s". Steps start at 0s, increase in time up
+// to MaxScheduleTime, and the last rate must be positive; rates are at most
+// actuator.MaxRate.
 func ParseSchedule(s string) (*Trace, error) {
 	parts := strings.Split(s, ",")
 	var steps []Step
@@ -134,13 +174,20 @@ func ParseSchedule(s string) (*Trace, error) {
 			return nil, fmt.Errorf("schedule step 1 (%q): the first step must start at 0s", p)
 		case i > 0 && at <= steps[i-1].At:
 			return nil, fmt.Errorf("schedule step %d (%q): time %v is not after the previous step's %v", i+1, p, at, steps[i-1].At)
+		case at > MaxScheduleTime:
+			return nil, fmt.Errorf("schedule step %d (%q): time %v is beyond %v, the latest step taken", i+1, p, at, MaxScheduleTime)
 		}
 		steps = append(steps, Step{At: at, Rate: rate})
 	}
 	if steps[len(steps)-1].Rate <= 0 {
 		return nil, fmt.Errorf("schedule %q: the last rate must be positive", s)
 	}
-	return &Trace{Name: s, steps: steps}, nil
+	before := make([]float64, len(steps))
+	for i := 1; i < len(steps); i++ {
+		p := steps[i-1]
+		before[i] = before[i-1] + p.Rate*float64(steps[i].At.Milliseconds()-p.At.Milliseconds())/1000
+	}
+	return &Trace{Name: s, steps: steps, before: before}, nil
 }
 
 // IsSchedule reports whether t is a schedule rather than a recorded trace.
@@ -150,34 +197,46 @@ func (t *Trace) IsSchedule() bool { return t.steps != nil }
 func (t *Trace) Steps() []Step { return t.steps }
 
 // Period returns a recorded trace's loop length (0 for a schedule).
-func (t *Trace) Period() time.Duration { return time.Duration(len(t.bytes)) * time.Millisecond }
+func (t *Trace) Period() time.Duration { return time.Duration(t.period()) * time.Millisecond }
 
-// Cum returns the bytes the link can deliver in [0, ms).
+// period is a recorded trace's loop length in ms.
+func (t *Trace) period() int64 {
+	if t.cum == nil {
+		return 0
+	}
+	return int64(len(t.cum) - 1)
+}
+
+// Cum returns the bytes the link can deliver in [0, ms); 0 for ms <= 0.
 func (t *Trace) Cum(ms int64) int64 {
+	if ms <= 0 {
+		return 0
+	}
 	if t.steps != nil {
 		return int64(t.bits(ms) / 8)
 	}
-	p := int64(len(t.bytes))
+	p := t.period()
 	return ms/p*t.cum[p] + t.cum[ms%p]
 }
 
 // bits returns a schedule's deliverable bits in [0, ms).
 func (t *Trace) bits(ms int64) float64 {
-	total := 0.0
-	for i, s := range t.steps {
-		start := s.At.Milliseconds()
-		if ms <= start {
-			break
-		}
-		end := ms
-		if i+1 < len(t.steps) {
-			if n := t.steps[i+1].At.Milliseconds(); n < end {
-				end = n
-			}
-		}
-		total += s.Rate * float64(end-start) / 1000
+	// The last step that starts before ms.
+	i := sort.Search(len(t.steps), func(i int) bool { return t.steps[i].At.Milliseconds() >= ms }) - 1
+	if i < 0 {
+		return 0
 	}
-	return total
+	s := t.steps[i]
+	prior := 0.0
+	if len(t.before) == len(t.steps) {
+		prior = t.before[i]
+	} else {
+		// A schedule made in this package without ParseSchedule.
+		for j := range i {
+			prior += t.steps[j].Rate * float64(t.steps[j+1].At.Milliseconds()-t.steps[j].At.Milliseconds()) / 1000
+		}
+	}
+	return prior + s.Rate*float64(ms-s.At.Milliseconds())/1000
 }
 
 // At returns the bytes deliverable in millisecond ms.
@@ -185,7 +244,8 @@ func (t *Trace) At(ms int64) int64 {
 	if t.steps != nil {
 		return t.Cum(ms+1) - t.Cum(ms)
 	}
-	return int64(t.bytes[ms%int64(len(t.bytes))])
+	i := ms % t.period()
+	return t.cum[i+1] - t.cum[i]
 }
 
 // Bytes returns the bytes deliverable in [ms, ms+n).
@@ -193,7 +253,7 @@ func (t *Trace) Bytes(ms, n int64) int64 {
 	if t.steps != nil {
 		return t.Cum(ms+n) - t.Cum(ms)
 	}
-	p := int64(len(t.bytes))
+	p := t.period()
 	i := ms % p
 	if i+n <= p {
 		return t.cum[i+n] - t.cum[i]
@@ -217,11 +277,11 @@ func (t *Trace) Drain(ms int64, q int64) float64 {
 	if t.steps == nil {
 		// Most waits are short: walk the trace for up to 64 ms before
 		// searching.
-		p := int64(len(t.bytes))
+		p := t.period()
 		i := ms % p
 		left := q
 		for k := int64(0); k < 64; k++ {
-			b := int64(t.bytes[i])
+			b := t.cum[i+1] - t.cum[i]
 			if b >= left {
 				return float64(k) + float64(left)/float64(b)
 			}

@@ -1,14 +1,19 @@
 package sim_test
 
 import (
+	"bytes"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -79,6 +84,12 @@ func TestParseMahimahiErrors(t *testing.T) {
 		{name: "negative", text: "-1\n", want: "line 1: negative timestamp"},
 		{name: "all zeros", text: "0\n0\n0\n", want: "all opportunities at 0 ms"},
 		{name: "longer than a day", text: "1\n86400001\n", want: "line 2:"},
+		{name: "longer than an hour", text: "1\n3600001\n", want: "line 2: timestamp 3600001 ms is beyond 3600000 ms"},
+		// 1.5 M opportunities in one millisecond: 18 Tbit/s, and more
+		// bytes than an int32 holds.
+		{name: "above 10 Tbit/s in one ms", text: strings.Repeat("1\n", 1_500_000) + "2\n", want: "line 833334: more than 833333 opportunities in millisecond 1: above 10 Tbit/s"},
+		// Those at the end of the period fall on millisecond 0.
+		{name: "above 10 Tbit/s in ms 0 after the wrap", text: strings.Repeat("0\n", 833_333) + strings.Repeat("1\n", 833_333), want: "millisecond 0 with those at 1 ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +101,47 @@ func TestParseMahimahiErrors(t *testing.T) {
 				t.Errorf("ParseMahimahi(%q) error = %q, want it to name the trace and contain %q", tt.text, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseMahimahiBounded: the memory a trace takes is bounded by its
+// period, at most an hour, whatever the input: a 13-byte file that claims
+// a day is refused without allocating for it, and an hour's trace takes
+// one int64 per millisecond (and the slack of growing it).
+func TestParseMahimahiBounded(t *testing.T) {
+	alloc := func(text string) (uint64, error) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := sim.ParseMahimahi("big", strings.NewReader(text))
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc, err
+	}
+	if n, err := alloc("1\n86400000\n"); err == nil || n > 1<<20 {
+		t.Errorf("a 13-byte trace of a day: allocated %d bytes, error %v; want an error and under 1 MiB", n, err)
+	}
+	limit := uint64(3 * 8 * sim.MaxPeriod.Milliseconds())
+	if n, err := alloc(fmt.Sprintf("1\n%d\n", sim.MaxPeriod.Milliseconds())); err != nil || n > limit {
+		t.Errorf("a trace of %v: allocated %d bytes, error %v; want no error and at most %d bytes", sim.MaxPeriod, n, err, limit)
+	}
+}
+
+// TestTraceFigures: what the longest, fastest traces taken deliver over
+// the simulator's longest run (48 h) is positive and at most 10 Tbit/s:
+// no figure overflows.
+func TestTraceFigures(t *testing.T) {
+	fast := strings.Repeat("1\n", 833_333) + "2\n"
+	for _, tr := range []*sim.Trace{
+		mustSchedule(t, "10000gbit"),
+		mustSchedule(t, "1kbit@0s,10000gbit@24h"),
+		mustMahimahi(t, fast),
+		mustMahimahi(t, fmt.Sprintf("1\n%d\n", sim.MaxPeriod.Milliseconds())),
+	} {
+		for _, d := range []time.Duration{time.Second, sim.MaxPeriod, 48 * time.Hour} {
+			if m := tr.MeanRate(d); !(m > 0 && m <= actuator.MaxRate) {
+				t.Errorf("%.20s: mean over %v = %v bit/s, want in (0, %v]", tr.Name, d, m, actuator.MaxRate)
+			}
+		}
 	}
 }
 
@@ -135,6 +187,13 @@ func TestParseScheduleErrors(t *testing.T) {
 		{in: "20mbit@0s,xyz@5s", want: "schedule step 2"},
 		{in: "0mbit", want: "the last rate must be positive"},
 		{in: "20mbit@0s,0mbit@5s", want: "the last rate must be positive"},
+		// Rates whose bytes overflow an int64 within a minute, and steps
+		// the simulator can never reach.
+		{in: "2000000000000000000", want: `invalid rate "2000000000000000000": above 10 Tbit/s`},
+		{in: "1e300gbit", want: "above 10 Tbit/s"},
+		{in: "40mbit@0s,1e300gbit@10s", want: `schedule step 2 ("1e300gbit@10s"): invalid rate "1e300gbit": above 10 Tbit/s`},
+		{in: "40mbit@0s,10mbit@2000000000s", want: "schedule step 2 (\"10mbit@2000000000s\"): time 555555h33m20s is beyond 24h0m0s"},
+		{in: "40mbit@0s,10mbit@2562047h", want: "beyond 24h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -299,4 +358,80 @@ func TestEmbeddedTraces(t *testing.T) {
 			t.Errorf("%s: schedule %v, period %v, mean %v", tr.Name, tr.IsSchedule(), tr.Period(), tr.MeanRate(tr.Period()))
 		}
 	}
+}
+
+// checkTrace asserts what holds for every trace taken: a positive period (a
+// recorded trace) of at most MaxPeriod, or steps from 0s to MaxScheduleTime
+// (a schedule); capacity that never runs backwards; and a mean rate over
+// any run from 1 ms to 48 h that is finite, positive and at most
+// actuator.MaxRate.
+func checkTrace(t *testing.T, tr *sim.Trace) {
+	t.Helper()
+	if tr.IsSchedule() {
+		steps := tr.Steps()
+		for i, s := range steps {
+			if math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > actuator.MaxRate || s.At < 0 || s.At > sim.MaxScheduleTime || (i > 0 && s.At <= steps[i-1].At) || (i == 0 && s.At != 0) {
+				t.Fatalf("step %d of %v is out of bounds or order", i, steps)
+			}
+		}
+		if steps[len(steps)-1].Rate <= 0 {
+			t.Fatalf("the last step of %v has no capacity", steps)
+		}
+	} else if p := tr.Period(); p <= 0 || p > sim.MaxPeriod {
+		t.Fatalf("period %v: want in (0, %v]", p, sim.MaxPeriod)
+	}
+	if d := tr.DefaultDuration(); d <= 0 || d > 48*time.Hour {
+		t.Fatalf("default duration %v: want in (0, 48h]", d)
+	}
+	last := int64(0)
+	for _, ms := range []int64{0, 1, 2, 999, 1000, 59_999, 3_600_000, 86_400_000, 172_800_000} {
+		c := tr.Cum(ms)
+		if c < last || tr.At(ms) < 0 {
+			t.Fatalf("Cum(%d) = %d after %d, At(%d) = %d: capacity ran backwards", ms, c, last, ms, tr.At(ms))
+		}
+		last = c
+		if ms == 0 {
+			continue
+		}
+		m := tr.MeanRate(time.Duration(ms) * time.Millisecond)
+		if math.IsNaN(m) || m < 0 || m > actuator.MaxRate*(1+1e-9) {
+			t.Fatalf("mean over %d ms = %v bit/s: want in [0, %v]", ms, m, actuator.MaxRate)
+		}
+	}
+	if m := tr.MeanRate(48 * time.Hour); !(m > 0) {
+		t.Fatalf("mean over 48h = %v bit/s: want positive", m)
+	}
+	if w := tr.Drain(0, sim.PacketBytes); math.IsNaN(w) || w < 0 || w > 60_000 {
+		t.Fatalf("Drain(0, one packet) = %v ms: want in [0, 60000]", w)
+	}
+}
+
+// FuzzParseMahimahi: any input is refused or read as a trace within the
+// bounds, in memory bounded by MaxPeriod.
+func FuzzParseMahimahi(f *testing.F) {
+	for _, s := range []string{"1\n2\n10\n", "# c\n1\n2\n\n2\n4\n", "0\n0\n", "1\n86400000\n", "5\n3\n", "-1\n", "1\n3600000\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := sim.ParseMahimahi("fuzz", bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		checkTrace(t, tr)
+	})
+}
+
+// FuzzParseSchedule: any string is refused or read as a schedule within the
+// bounds.
+func FuzzParseSchedule(f *testing.F) {
+	for _, s := range []string{"20mbit", "40mbit@0s,10mbit@30s,40mbit@60s", " 0mbit@0s , 5mbit@1.5s ", "2000000000000000000", "40mbit@0s,1e300gbit@10s", "40mbit@0s,10mbit@2562047h", "1kbit@0s,10000gbit@24h", "1mbit@0s,2mbit@1.1ms,3mbit@1.2ms"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tr, err := sim.ParseSchedule(s)
+		if err != nil {
+			return
+		}
+		checkTrace(t, tr)
+	})
 }

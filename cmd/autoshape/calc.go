@@ -86,6 +86,12 @@ func calc(args []string, stdout, stderr io.Writer) error {
 		f.LinkLayer = actuator.PTM
 	}
 	wire := f.WireBytes(*mtu)
+	// A frame carries at least its TCP payload: a negative overhead (CAKE's
+	// way to take back a header the kernel counts) may not eat into it,
+	// or goodput would exceed the rate.
+	if wire < float64(payload) {
+		return usagef("--overhead %d with --mtu %d leaves %g bytes on the wire for %d bytes of TCP payload: a frame carries at least its payload", *overhead, *mtu, wire, payload)
+	}
 	eff := float64(payload) / wire
 	var res calcResult
 	if *rate != "" {

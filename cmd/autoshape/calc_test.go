@@ -93,6 +93,10 @@ func TestCalcErrors(t *testing.T) {
 		{"ip 5", []string{"--rate", "1mbit", "--ip", "5"}, "--ip 5"},
 		{"tiny mtu", []string{"--rate", "1mbit", "--mtu", "40"}, "--mtu 40"},
 		{"overhead", []string{"--rate", "1mbit", "--overhead", "300"}, "--overhead 300"},
+		{"frame smaller than its payload", []string{"--rate", "10mbit", "--mtu", "68", "--overhead", "-64"}, "--overhead -64 with --mtu 68 leaves 4 bytes on the wire for 28 bytes of TCP payload"},
+		{"frame one byte short of its payload", []string{"--rate", "10mbit", "--overhead", "-41"}, "leaves 1459 bytes on the wire for 1460 bytes"},
+		{"infinite rate", []string{"--rate", "1e300gbit", "--json"}, `--rate: invalid rate "1e300gbit": above 10 Tbit/s`},
+		{"infinite goodput", []string{"--goodput", "1e300gbit"}, `--goodput: invalid rate "1e300gbit": above 10 Tbit/s`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,5 +105,29 @@ func TestCalcErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr %q: want 2 and %q", code, stderr.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestCalcNeverAbove100Percent: whatever the framing, goodput never
+// exceeds the rate; a framing that would make it is refused (exit 2).
+func TestCalcNeverAbove100Percent(t *testing.T) {
+	for _, mtu := range []string{"68", "100", "576", "1500", "9000", "65535"} {
+		for _, overhead := range []string{"-64", "-41", "-40", "-1", "0", "44", "256"} {
+			for _, extra := range [][]string{nil, {"--atm"}, {"--ptm"}, {"--ip", "6"}, {"--tcp-timestamps"}, {"--ip", "6", "--tcp-timestamps", "--atm"}} {
+				args := append([]string{"calc", "--rate", "10000gbit", "--mtu", mtu, "--overhead", overhead, "--json"}, extra...)
+				var stdout, stderr bytes.Buffer
+				code := run(args, &stdout, &stderr)
+				if code == 2 {
+					continue
+				}
+				var got calcResult
+				if err := json.Unmarshal(stdout.Bytes(), &got); code != 0 || err != nil {
+					t.Fatalf("%v: exit %d, %q, %q", args, code, stdout.String(), stderr.String())
+				}
+				if got.Efficiency > 1 || got.GoodputKbit > got.GrossKbit || got.WireBytesPerPacket < float64(got.PayloadBytes) {
+					t.Errorf("%v: efficiency %v, goodput %v of %v kbit/s, %d payload bytes in %v on the wire", args, got.Efficiency, got.GoodputKbit, got.GrossKbit, got.PayloadBytes, got.WireBytesPerPacket)
+				}
+			}
+		}
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
@@ -167,8 +169,8 @@ func (raw rawConfig) toConfig() (Config, error) {
 	if cfg.DecisionsMaxMB == 0 {
 		cfg.DecisionsMaxMB = 10
 	}
-	if cfg.DecisionsMaxMB < 0 {
-		return cfg, fmt.Errorf("log.decisions_max_mb: %d is negative", cfg.DecisionsMaxMB)
+	if cfg.DecisionsMaxMB < 0 || cfg.DecisionsMaxMB > maxDecisionsMB {
+		return cfg, fmt.Errorf("log.decisions_max_mb: %d is outside 1 to %d MB", cfg.DecisionsMaxMB, maxDecisionsMB)
 	}
 	if raw.Metrics.Listen != nil {
 		cfg.MetricsListen = *raw.Metrics.Listen
@@ -181,7 +183,11 @@ func (raw rawConfig) toConfig() (Config, error) {
 	if len(raw.Links) == 0 {
 		return cfg, errors.New("no [[link]]: nothing to shape")
 	}
-	seen := map[string]bool{}
+	// Each interface, IFB and name belongs to one link: two links on one
+	// device would undo each other's shaping, and the state file and the
+	// metrics are keyed by name.
+	devices := map[string]string{} // name -> what uses it
+	names := map[string]bool{}
 	for i, rl := range raw.Links {
 		key := fmt.Sprintf("link[%d]", i)
 		if rl.Name != "" {
@@ -191,13 +197,68 @@ func (raw rawConfig) toConfig() (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("%s.%w", key, err)
 		}
-		if seen[l.Interface] {
-			return cfg, fmt.Errorf("%s.interface: %q is shaped by an earlier link too", key, l.Interface)
+		for _, d := range []struct{ key, dev string }{{"interface", l.Interface}, {"ifb", l.IFB}} {
+			if other, ok := devices[d.dev]; ok {
+				hint := ""
+				if d.key == "ifb" && rl.IFB == "" {
+					hint = " (the default ifb4<interface>, cut to 15 characters: set ifb)"
+				}
+				return cfg, fmt.Errorf("%s.%s: %q is %s too%s", key, d.key, d.dev, other, hint)
+			}
+			devices[d.dev] = fmt.Sprintf("the %s of %s", d.key, key)
 		}
-		seen[l.Interface] = true
+		if names[l.Name] {
+			return cfg, fmt.Errorf("%s.name: %q names an earlier link too", key, l.Name)
+		}
+		names[l.Name] = true
 		cfg.Links = append(cfg.Links, l)
 	}
 	return cfg, nil
+}
+
+// Bounds of the configuration that no other rule implies.
+const (
+	// maxDecisionsMB is the largest decision file: 1 TiB, far above any
+	// router's storage, and in bytes well within an int64.
+	maxDecisionsMB = 1 << 20
+	// minBudget and maxBudget bound the latency budget. ICMP timestamps
+	// count whole milliseconds, so a finer budget cannot be measured, and
+	// a budget of seconds accepts the bloat autoshape is there to remove.
+	minBudget = time.Millisecond
+	maxBudget = 10 * time.Second
+	// minProbeRate and maxProbeRate bound probe.rate (probes per second,
+	// all reflectors together): a link counts as stalled after a second
+	// without an answer, so probes must go out at least twice a second;
+	// above estimator.MaxPoolRate the probes are load of their own.
+	minProbeRate = 2
+	maxProbeRate = estimator.MaxPoolRate
+	// minWrittenRate is the lowest rate the controller writes: whole
+	// kbit/s, at least one.
+	minWrittenRate = 1000
+)
+
+// checkIfName reports why the kernel would refuse name as an interface
+// name (net/core/dev.c: dev_valid_name), in words for the key it is from.
+func checkIfName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty")
+	case len(name) > unix.IFNAMSIZ-1:
+		return fmt.Errorf("%q is %d bytes long: the kernel takes at most %d", name, len(name), unix.IFNAMSIZ-1)
+	case name == "." || name == "..":
+		return fmt.Errorf("%q is not a name the kernel takes for an interface", name)
+	}
+	for i := 0; i < len(name); i++ {
+		// The kernel's isspace() counts 0xa0 (Latin-1's no-break space)
+		// as a space too.
+		switch c := name[i]; c {
+		case '/', ':', ' ', '\t', '\n', '\v', '\f', '\r', 0:
+			return fmt.Errorf("%q holds %q, which the kernel refuses in an interface name", name, string(rune(c)))
+		case 0xa0:
+			return fmt.Errorf("%q holds the byte 0xa0, which the kernel counts as a space and refuses in an interface name", name)
+		}
+	}
+	return nil
 }
 
 // keyErr prefixes an error with the key it is about.
@@ -210,11 +271,19 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	if l.Interface == "" {
 		return l, keyErr("interface", "missing: name the WAN interface")
 	}
+	if err := checkIfName(l.Interface); err != nil {
+		return l, keyErr("interface", "%v", err)
+	}
 	if l.Name == "" {
 		l.Name = l.Interface
 	}
 	if l.IFB == "" {
 		l.IFB = actuator.DefaultIFB(l.Interface)
+	} else if err := checkIfName(l.IFB); err != nil {
+		return l, keyErr("ifb", "%v", err)
+	}
+	if l.IFB == l.Interface {
+		return l, keyErr("ifb", "%q is the interface itself: the download needs an IFB of its own", l.IFB)
 	}
 	b := rl.Backend
 	if b == "" {
@@ -241,6 +310,9 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 		d, err := time.ParseDuration(rl.Budget)
 		if err != nil || d <= 0 {
 			return l, keyErr("budget", "%q is not a positive duration such as \"15ms\"", rl.Budget)
+		}
+		if d < minBudget || d > maxBudget {
+			return l, keyErr("budget", "%q is outside %v to %v", rl.Budget, minBudget, maxBudget)
 		}
 		l.Budget = d
 	}
@@ -272,14 +344,26 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	default:
 		return l, keyErr("link_layer", "%q is not one of ethernet, atm, ptm", rl.LinkLayer)
 	}
+	if !l.Attach && l.Backend == actuator.HTB && rl.Overhead < 0 {
+		return l, keyErr("overhead", "%d: the HTB backend takes 0 to 256 bytes (a negative overhead needs backend = \"cake\")", rl.Overhead)
+	}
+	// The lowest rate the shaper takes. Attach mode may find sqm-scripts'
+	// HTB, whatever the backend key says.
+	floor, why := float64(minWrittenRate), "the lowest rate the controller writes (whole kbit/s)"
+	switch {
+	case l.Attach:
+		floor, why = actuator.HTB.MinRate(), "the lowest rate HTB takes (mode = \"attach\" may find an HTB made by sqm-scripts)"
+	case l.Backend == actuator.HTB:
+		floor, why = actuator.HTB.MinRate(), "the lowest rate HTB takes"
+	}
 	for _, d := range []struct {
 		name string
 		dir  estimator.Direction
 		raw  rawDirection
 	}{{"download", estimator.Down, rl.Download}, {"upload", estimator.Up, rl.Upload}} {
-		dc, err := d.raw.toDirection()
+		dc, err := d.raw.toDirection(direction{name: d.name, min: max(floor, minWrittenRate), why: why})
 		if err != nil {
-			return l, fmt.Errorf("%s.%w", d.name, err)
+			return l, err
 		}
 		l.Directions[d.dir] = dc
 	}
@@ -290,44 +374,147 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	if l.Method, err = estimator.ParseMethod(method); err != nil {
 		return l, keyErr("probe.method", "%v", err)
 	}
-	for _, s := range rl.Probe.Reflectors {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			return l, keyErr("probe.reflectors", "%q is not an IP address", s)
-		}
-		l.Reflectors = append(l.Reflectors, a)
+	if err := l.probes(rl.Probe); err != nil {
+		return l, err
 	}
-	pc := estimator.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
-	if err := pc.Validate(); err != nil {
-		return l, keyErr("probe", "%v", err)
+	if err := l.runnable(); err != nil {
+		return l, err
 	}
 	return l, nil
 }
 
-func (rd rawDirection) toDirection() (controller.DirectionConfig, error) {
+// probes checks the [link.probe] table and fills in its defaults: the
+// built-in reflectors (IPv4 only for method = "timestamp"), as many active
+// as there are up to six, 40 probes per second.
+func (l *LinkConfig) probes(rp rawProbe) error {
+	seen := map[netip.Addr]string{}
+	for _, s := range rp.Reflectors {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return keyErr("probe.reflectors", "%q is not an IP address", s)
+		}
+		a = a.Unmap()
+		switch {
+		case a.IsUnspecified() || a.IsMulticast():
+			return keyErr("probe.reflectors", "%q is not a unicast address", s)
+		case l.Method == estimator.Timestamp && !a.Is4():
+			return keyErr("probe.reflectors", "%q is IPv6, which method = \"timestamp\" cannot probe (use \"auto\")", s)
+		}
+		if prev, dup := seen[a]; dup {
+			return keyErr("probe.reflectors", "%q is %q again", s, prev)
+		}
+		seen[a] = s
+		l.Reflectors = append(l.Reflectors, a)
+	}
+	if len(l.Reflectors) == 0 {
+		for _, a := range estimator.DefaultReflectors {
+			if l.Method != estimator.Timestamp || a.Is4() {
+				l.Reflectors = append(l.Reflectors, a)
+			}
+		}
+	}
+	n := len(l.Reflectors)
+	if l.ActiveReflectors == 0 {
+		l.ActiveReflectors = min(estimator.DefaultPoolActive, n)
+	}
+	if lo := min(2, n); l.ActiveReflectors < lo || l.ActiveReflectors > n {
+		return keyErr("probe.active", "%d: want %d to the number of reflectors (%d)", l.ActiveReflectors, lo, n)
+	}
+	if l.ProbeRate == 0 {
+		l.ProbeRate = estimator.DefaultPoolRate
+	}
+	if !(l.ProbeRate >= minProbeRate && l.ProbeRate <= maxProbeRate) {
+		return keyErr("probe.rate", "%g: want %d to %d probes per second, all reflectors together (a link counts as stalled after 1 s without an answer)", l.ProbeRate, minProbeRate, maxProbeRate)
+	}
+	if every := time.Duration(float64(l.ActiveReflectors) / l.ProbeRate * float64(time.Second)); every > estimator.MaxPoolInterval {
+		return keyErr("probe", "active = %d at rate = %g probes each reflector every %v: want at most every %v (raise rate or lower active)", l.ActiveReflectors, l.ProbeRate, every.Round(time.Millisecond), estimator.MaxPoolInterval)
+	}
+	return nil
+}
+
+// runnable runs the checks the daemon's parts make when the link starts
+// (the probe pool, the estimator, the policy, the controller and, in setup
+// mode, the actuator), so that what passes here also starts. The checks
+// above are meant to have caught everything in the user's terms already:
+// an error here is a gap in them.
+func (l LinkConfig) runnable() error {
+	pc := estimator.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
+	if err := pc.Validate(); err != nil {
+		return keyErr("probe", "%v", err)
+	}
+	if err := (estimator.Config{Budget: l.Budget}).Validate(); err != nil {
+		return keyErr("budget", "%v", err)
+	}
+	if _, err := newPolicy(l); err != nil {
+		return keyErr("policy", "%v", err)
+	}
+	cc := controller.Config{Link: l.Name, Directions: l.Directions}
+	if err := cc.Validate(); err != nil {
+		return keyErr("download/upload", "%v", err)
+	}
+	if !l.Attach {
+		sc := actuator.SetupConfig{
+			Iface: l.Interface, IFB: l.IFB, Backend: l.Backend, Framing: l.Framing,
+			Up: uint64(l.Directions[estimator.Up].Bounds.Base), Down: uint64(l.Directions[estimator.Down].Bounds.Base),
+		}
+		if err := sc.Validate(); err != nil {
+			return fmt.Errorf("interface/ifb/backend: %w", err)
+		}
+	}
+	return nil
+}
+
+// A direction is what toDirection needs to know of its link: the key
+// ("download" or "upload") and the lowest rate the shaper takes, with the
+// reason for it.
+type direction struct {
+	name string
+	min  float64
+	why  string
+}
+
+// toDirection checks one direction's rates, naming them as the user wrote
+// them: min > 0 and at least the shaper's floor, min <= base <= max, safe
+// (default base) within [min, max], and a whole kbit/s between min and max,
+// since that is what the controller writes.
+func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, error) {
 	var dc controller.DirectionConfig
+	text := map[string]string{}
 	for _, v := range []struct {
 		key, val string
 		dst      *float64
 		required bool
 	}{{"min", rd.Min, &dc.Bounds.Min, true}, {"base", rd.Base, &dc.Bounds.Base, true}, {"max", rd.Max, &dc.Bounds.Max, true}, {"safe", rd.Safe, &dc.Safe, false}} {
+		key := d.name + "." + v.key
 		if v.val == "" {
 			if v.required {
-				return dc, keyErr(v.key, "missing: a rate such as \"20mbit\"")
+				return dc, keyErr(key, "missing: a rate such as \"20mbit\"")
 			}
 			continue
 		}
 		r, err := actuator.ParseRate(v.val)
 		if err != nil {
-			return dc, keyErr(v.key, "%v", err)
+			return dc, keyErr(key, "%v", err)
 		}
 		*v.dst = r
+		text[v.key] = fmt.Sprintf("%s.%s %s", d.name, v.key, strings.TrimSpace(v.val))
 	}
-	if err := controller.ValidateBounds(dc.Bounds); err != nil {
-		return dc, keyErr("min/base/max", "%v", err)
-	}
-	if dc.Safe != 0 && (dc.Safe < dc.Bounds.Min || dc.Safe > dc.Bounds.Max) {
-		return dc, keyErr("safe", "%s is outside [min, max]", rd.Safe)
+	b := dc.Bounds
+	switch {
+	case b.Min < d.min:
+		return dc, fmt.Errorf("%s is below %s, %s", text["min"], actuator.FormatRate(d.min), d.why)
+	case b.Min > b.Max:
+		return dc, fmt.Errorf("%s > %s", text["min"], text["max"])
+	case b.Base < b.Min:
+		return dc, fmt.Errorf("%s < %s", text["base"], text["min"])
+	case b.Base > b.Max:
+		return dc, fmt.Errorf("%s > %s", text["base"], text["max"])
+	case math.Ceil(b.Min/1000)*1000 > b.Max:
+		return dc, fmt.Errorf("%s and %s hold no whole kbit/s, the unit the controller writes", text["min"], text["max"])
+	case text["safe"] != "" && dc.Safe < b.Min:
+		return dc, fmt.Errorf("%s < %s", text["safe"], text["min"])
+	case dc.Safe > b.Max:
+		return dc, fmt.Errorf("%s > %s", text["safe"], text["max"])
 	}
 	return dc, nil
 }

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,33 +90,6 @@ func (st stateFile) save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// decisionFile appends decision records as JSON lines and rotates the file
-// (to FILE.1) when it passes maxBytes.
-type decisionFile struct {
-	path     string
-	maxBytes int64
-	mu       sync.Mutex
-}
-
-func (f *decisionFile) write(d controller.Decision) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st, err := os.Stat(f.path); err == nil && f.maxBytes > 0 && st.Size() >= f.maxBytes {
-		if err := os.Rename(f.path, f.path+".1"); err != nil {
-			return err
-		}
-	}
-	out, err := os.OpenFile(f.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	if err := controller.WriteRecord(out, d); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 // dryShaper stands in for the shaper in --dry-run: it logs what it would
 // write and reads the interface's counters (received bytes for download,
 // sent for upload), so the loop sees the traffic.
@@ -192,21 +165,107 @@ func percentile(v []float64, p float64) float64 {
 	return s[max(int(math.Ceil(p*float64(len(s))))-1, 0)]
 }
 
-// startMetrics serves the metrics on addr until ctx ends or stop is called.
-func startMetrics(ctx context.Context, addr, version string, log *zap.Logger) (*Metrics, func(), error) {
-	ln, err := listenMetrics(addr)
-	if err != nil {
-		return nil, nil, err
+// A metricsServer serves one registry on an address that a reload may
+// change.
+type metricsServer struct {
+	reg *prometheus.Registry
+	log *zap.Logger
+
+	addr   string // "" while it serves nothing
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// serve makes the server listen on addr, "" for nowhere. It listens on the
+// new address before it lets the old one go, unless the old one is in the
+// way (the same port); when the new address fails it keeps or takes back
+// the old one and returns the error.
+func (s *metricsServer) serve(ctx context.Context, addr string) error {
+	if addr == s.addr {
+		return nil
 	}
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg, version)
+	if addr == "" {
+		s.stop()
+		return nil
+	}
+	ln, err := listenMetrics(addr)
+	if err != nil && s.addr != "" {
+		old := s.addr
+		s.stop()
+		if ln, err = listenMetrics(addr); err != nil {
+			if back, berr := listenMetrics(old); berr == nil {
+				s.start(ctx, old, back)
+			}
+			return err
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.stop()
+	s.start(ctx, addr, ln)
+	return nil
+}
+
+// start serves on ln until stop or the end of ctx.
+func (s *metricsServer) start(ctx context.Context, addr string, ln net.Listener) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := serveMetrics(ctx, ln, reg, log); err != nil {
-			log.Error("metrics server stopped", zap.Error(err))
+		if err := serveMetrics(ctx, ln, s.reg, s.log); err != nil {
+			s.log.Error("metrics server stopped", zap.Error(err))
 		}
 	}()
-	return m, func() { cancel(); <-done }, nil
+	s.addr, s.cancel, s.done = addr, cancel, done
+}
+
+// stop stops serving and waits until the listener is closed.
+func (s *metricsServer) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	<-s.done
+	s.addr, s.cancel, s.done = "", nil, nil
+}
+
+// A shapingWatch logs what Link.Check finds: one WARN line when a drift
+// (or a failure to check) appears, none while it stays, and one again when
+// it comes back after it was gone.
+type shapingWatch struct {
+	log  *zap.Logger
+	last map[string]bool
+}
+
+// report logs what is new in drifts and err since the last report, and
+// says whether the check made or attached to a root.
+func (w *shapingWatch) report(drifts []actuator.Drift, err error) (changed bool) {
+	seen := map[string]bool{}
+	for _, d := range drifts {
+		changed = changed || d.Changed
+		k := d.String()
+		seen[k] = true
+		if w.last[k] {
+			continue
+		}
+		fields := []zap.Field{zap.String("dev", d.Dev), zap.String("found", d.Found), zap.String("action", d.Done)}
+		if d.Err != nil {
+			fields = append(fields, zap.Error(d.Err))
+		}
+		w.log.Warn("the shaping changed behind autoshape's back", fields...)
+	}
+	if err != nil {
+		k := "error: " + err.Error()
+		seen[k] = true
+		switch {
+		case w.last[k]:
+		case errors.Is(err, actuator.ErrLinkGone):
+			w.log.Warn("the interface is gone: waiting for it to come back", zap.Error(err))
+		default:
+			w.log.Warn("failed to check the shaping: checking again later", zap.Error(err))
+		}
+	}
+	w.last = seen
+	return changed
 }

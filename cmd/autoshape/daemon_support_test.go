@@ -1,14 +1,24 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 )
@@ -46,10 +56,10 @@ func TestStateFile(t *testing.T) {
 
 func TestDecisionFileRotates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	f := &decisionFile{path: path, maxBytes: 1000}
+	f := controller.NewRecordFile(controller.RecordFileConfig{Path: path, MaxBytes: 1000})
 	d := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
 	for range 20 {
-		if err := f.write(d); err != nil {
+		if err := f.Write(d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,6 +81,177 @@ func TestDecisionFileRotates(t *testing.T) {
 	if err != nil || len(recs) == 0 || recs[0].RateKbit != 2000 {
 		t.Errorf("the current file does not read back: %v %+v", err, recs)
 	}
+}
+
+// TestShapingWatchWarnsOncePerEvent: what Link.Check finds is one WARN
+// line when it appears, none while it stays, and one again when it comes
+// back after it was gone.
+func TestShapingWatchWarnsOncePerEvent(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	w := &shapingWatch{log: zap.New(core)}
+	ingress := actuator.Drift{Dev: "wan0", Found: "no ingress qdisc", Done: "added it again"}
+	foreign := actuator.Drift{Dev: "wan0", Found: "htb 5: at the root, not autoshape's", Done: "left it alone"}
+	made := actuator.Drift{Dev: "ifb4wan0", Found: "no root qdisc", Done: "made it again", Changed: true}
+	gone := fmt.Errorf("interface %q: %w", "wan0", actuator.ErrLinkGone)
+	for _, step := range []struct {
+		drifts  []actuator.Drift
+		err     error
+		changed bool
+	}{
+		{drifts: []actuator.Drift{ingress}},
+		{},
+		{drifts: []actuator.Drift{foreign}},
+		{drifts: []actuator.Drift{foreign}},
+		{drifts: []actuator.Drift{foreign, ingress}},
+		{drifts: []actuator.Drift{foreign, made}, changed: true},
+		{drifts: []actuator.Drift{foreign}},
+		{err: gone},
+		{err: gone},
+		{},
+		{drifts: []actuator.Drift{ingress}},
+	} {
+		if got := w.report(step.drifts, step.err); got != step.changed {
+			t.Errorf("report(%v, %v) = %v, want %v", step.drifts, step.err, got, step.changed)
+		}
+	}
+	var got []string
+	for _, e := range logs.All() {
+		if e.Level != zap.WarnLevel {
+			t.Errorf("a %s line, want WARN: %s", e.Level, e.Message)
+		}
+		m := e.ContextMap()
+		got = append(got, fmt.Sprintf("%v|%v|%v", m["dev"], m["found"], m["error"]))
+	}
+	want := []string{
+		"wan0|no ingress qdisc|<nil>",
+		"wan0|htb 5: at the root, not autoshape's|<nil>",
+		"wan0|no ingress qdisc|<nil>",
+		"ifb4wan0|no root qdisc|<nil>",
+		`<nil>|<nil>|interface "wan0": no such interface`,
+		"wan0|no ingress qdisc|<nil>",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("WARN lines (-want +got):\n%s", diff)
+	}
+}
+
+// freePort returns a loopback address with a port nobody listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrapes reports whether metrics are served at addr.
+func scrapes(addr string) bool {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + metricsPath)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(b), metricBuildInfo)
+}
+
+// TestReloadAppliesSettings: a reload applies the log level, the metrics
+// server's address and the decision file, the last also to links that the
+// reload leaves running.
+func TestReloadAppliesSettings(t *testing.T) {
+	var logBuf safeLog
+	log, level := newLevelLogger("info", &logBuf)
+	reg := prometheus.NewRegistry()
+	dir := t.TempDir()
+	addrA, addrB := freePort(t), freePort(t)
+	cur := Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
+	d := &daemon{log: log, level: level, metrics: NewMetrics(reg, "v"), server: &metricsServer{reg: reg, log: log}}
+	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
+	ctx := context.Background()
+	if err := d.server.serve(ctx, cur.MetricsListen); err != nil {
+		t.Fatal(err)
+	}
+	defer d.server.stop()
+	// A link that runs on through the reload.
+	r := newLinkRunner(LinkConfig{Name: "wan"}, false, log, d.metrics, d.decisions)
+	dec := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
+	r.record(dec)
+
+	next := cur
+	next.LogLevel, next.MetricsListen, next.Decisions = "warn", addrB, filepath.Join(dir, "b.jsonl")
+	d.reconfigure(ctx, cur, next)
+	r.record(dec)
+	log.Info("an info line after the reload")
+	log.Warn("a warn line after the reload")
+
+	if !scrapes(addrB) || scrapes(addrA) {
+		t.Errorf("after the move: served at the new address %v, at the old %v; want only the new", scrapes(addrB), scrapes(addrA))
+	}
+	for _, f := range []struct {
+		name string
+		want int
+	}{{"a.jsonl", 1}, {"b.jsonl", 1}} {
+		b, _ := os.ReadFile(filepath.Join(dir, f.name))
+		if got := strings.Count(string(b), "\n"); got != f.want {
+			t.Errorf("%s holds %d records, want %d", f.name, got, f.want)
+		}
+	}
+	out := logBuf.String()
+	if strings.Contains(out, "an info line after the reload") || !strings.Contains(out, "a warn line after the reload") {
+		t.Errorf("at level warn the log holds:\n%s", out)
+	}
+
+	// Metrics off, and on again at the first address.
+	off := next
+	off.MetricsListen = ""
+	d.reconfigure(ctx, next, off)
+	if scrapes(addrB) {
+		t.Errorf("metrics still served at %s after listen = \"\"", addrB)
+	}
+	d.reconfigure(ctx, off, cur)
+	if !scrapes(addrA) {
+		t.Errorf("metrics not served at %s again", addrA)
+	}
+}
+
+// TestMetricsServerMoveFails: a new address that cannot be listened on
+// leaves the metrics where they were, and says so.
+func TestMetricsServerMoveFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, "v")
+	s := &metricsServer{reg: reg, log: zap.NewNop()}
+	addr := freePort(t)
+	if err := s.serve(context.Background(), addr); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	if err := s.serve(context.Background(), "192.0.2.1:9877"); err == nil {
+		t.Errorf("serve() on an address this host does not have succeeded")
+	}
+	if !scrapes(addr) || s.addr != addr {
+		t.Errorf("after a failed move the metrics are not served at %s (addr %q)", addr, s.addr)
+	}
+}
+
+// safeLog collects log output from several goroutines.
+type safeLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *safeLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestSummaryPercentiles(t *testing.T) {

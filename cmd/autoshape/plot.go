@@ -377,6 +377,12 @@ func cdfFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 		return nil, errors.New("nothing to draw as a distribution")
 	}
 	addBudget(p, budget, true)
+	// One value (or many equal ones) leaves the axis a point, which the
+	// plotting library widens by ±1: below 0 on a log scale. A decade each
+	// way keeps it positive.
+	if p.X.Min == p.X.Max {
+		p.X.Min, p.X.Max = p.X.Min/10, p.X.Max*10
+	}
 	return [][]*plot.Plot{{p}}, nil
 }
 
@@ -429,7 +435,7 @@ func sweepFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 		for _, s := range steps {
 			x := s.RateKbit / 1000
 			if s.RateKbit == 0 {
-				x = steps[0].RateKbit/1000 + (steps[len(steps)-2].RateKbit-steps[0].RateKbit)/1000*1.1
+				x = unshapedX(steps)
 				if s.Delay.P50 > top {
 					labels.XYs = append(labels.XYs, plotter.XY{X: x - width/2, Y: top * 0.6})
 					labels.Labels = append(labels.Labels, fmt.Sprintf("unshaped:\np50 %.0f ms,\np95 %.0f ms\n(above)", s.Delay.P50, s.Delay.P95))
@@ -479,6 +485,28 @@ func sweepFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 	return rows, nil
 }
 
+// unshapedX is where the unshaped step is drawn: right of the shaped
+// steps (sorted by rate, the unshaped last), by a tenth of their span, or
+// of their rate when there is one, or at 1 Mbit/s when there is none.
+func unshapedX(steps []sweepStep) float64 {
+	lo, hi := 0.0, 0.0
+	for _, s := range steps {
+		if s.RateKbit > 0 {
+			if lo == 0 {
+				lo = s.RateKbit / 1000
+			}
+			hi = s.RateKbit / 1000
+		}
+	}
+	switch {
+	case hi == 0:
+		return 1
+	case hi == lo:
+		return hi * 1.1
+	}
+	return lo + (hi-lo)*1.1
+}
+
 // boxWidth is 60 % of the smallest gap between steps.
 func boxWidth(steps []sweepStep) float64 {
 	w := math.Inf(1)
@@ -488,7 +516,7 @@ func boxWidth(steps []sweepStep) float64 {
 		}
 	}
 	if math.IsInf(w, 1) {
-		w = steps[0].RateKbit / 1000 * 0.1
+		w = math.Max(steps[0].RateKbit, 1000) / 1000 * 0.1
 	}
 	return 0.6 * w
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
@@ -40,7 +41,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	log := newLogger(cfg.LogLevel, stderr)
+	log, level := newLevelLogger(cfg.LogLevel, stderr)
 	defer log.Sync()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -49,15 +50,21 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	d := &daemon{path: *path, dryRun: *dry, log: log, version: version}
+	d := &daemon{path: *path, dryRun: *dry, log: log, level: level, version: version}
 	return d.run(ctx, cfg, hup)
 }
 
 // newLogger logs to w: console lines on a terminal, JSON otherwise (for
 // journald and syslog).
 func newLogger(level string, w io.Writer) *zap.Logger {
-	var lvl zapcore.Level
-	_ = lvl.Set(level)
+	log, _ := newLevelLogger(level, w)
+	return log
+}
+
+// newLevelLogger is newLogger with a level that a reload can change.
+func newLevelLogger(level string, w io.Writer) (*zap.Logger, zap.AtomicLevel) {
+	lvl := zap.NewAtomicLevel()
+	_ = lvl.UnmarshalText([]byte(level))
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "time"
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
@@ -66,7 +73,7 @@ func newLogger(level string, w io.Writer) *zap.Logger {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl))
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), lvl
 }
 
 func isTerminal(f *os.File) bool {
@@ -79,7 +86,15 @@ type daemon struct {
 	path    string
 	dryRun  bool
 	log     *zap.Logger
+	level   zap.AtomicLevel // the log's: a reload changes it
 	version string
+
+	// metrics are fed whether or not they are served: a reload may start
+	// or move the server.
+	metrics *Metrics
+	server  *metricsServer
+	// decisions is the one decision file every link writes to.
+	decisions *controller.RecordFile
 
 	mu     sync.Mutex
 	links  map[string]*linkRunner // by interface
@@ -94,17 +109,17 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 	d.failed = make(chan error, 1)
 	d.state = loadState(cfg.StateFile, d.log)
 	d.log.Info("starting", zap.String("version", d.version), zap.Int("links", len(cfg.Links)), zap.Bool("dry_run", d.dryRun))
-	var metrics *Metrics
-	stopMetrics := func() {}
-	if cfg.MetricsListen != "" {
-		m, stop, err := startMetrics(ctx, cfg.MetricsListen, d.version, d.log)
-		if err != nil {
-			return err
-		}
-		metrics, stopMetrics = m, stop
+	reg := prometheus.NewRegistry()
+	d.metrics = NewMetrics(reg, d.version)
+	d.server = &metricsServer{reg: reg, log: d.log}
+	if err := d.server.serve(ctx, cfg.MetricsListen); err != nil {
+		return err
 	}
-	defer stopMetrics()
-	d.apply(ctx, cfg, metrics)
+	defer d.server.stop()
+	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{
+		Path: cfg.Decisions, MaxBytes: int64(cfg.DecisionsMaxMB) << 20, Logger: d.log,
+	})
+	d.apply(ctx, cfg)
 
 	save := time.NewTicker(time.Minute)
 	defer save.Stop()
@@ -126,7 +141,8 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 				continue
 			}
 			d.log.Info("reloading", zap.String("config", d.path))
-			d.apply(ctx, next, metrics)
+			d.reconfigure(ctx, cfg, next)
+			d.apply(ctx, next)
 			cfg = next
 		case <-save.C:
 			d.saveState(cfg.StateFile)
@@ -134,9 +150,35 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 	}
 }
 
+// reconfigure applies what a reload changed of the settings that are not a
+// link's: the log level, the metrics server's address and the decision
+// file. Every link, changed or not, writes its next decision to the new
+// file.
+func (d *daemon) reconfigure(ctx context.Context, cur, next Config) {
+	if next.LogLevel != cur.LogLevel {
+		if err := d.level.UnmarshalText([]byte(next.LogLevel)); err != nil {
+			d.log.Error("failed to change the log level", zap.String("level", next.LogLevel), zap.Error(err))
+		}
+		d.log.Info("log level changed", zap.String("from", cur.LogLevel), zap.String("to", next.LogLevel))
+	}
+	// Against what is served, so that a move that failed is tried again.
+	if next.MetricsListen != d.server.addr {
+		if err := d.server.serve(ctx, next.MetricsListen); err != nil {
+			d.log.Error("failed to move the metrics server", zap.String("listen", next.MetricsListen),
+				zap.String("still_listening", d.server.addr), zap.Error(err))
+		} else {
+			d.log.Info("metrics server moved", zap.String("to", next.MetricsListen))
+		}
+	}
+	if next.Decisions != cur.Decisions || next.DecisionsMaxMB != cur.DecisionsMaxMB {
+		d.decisions.Configure(next.Decisions, int64(next.DecisionsMaxMB)<<20)
+		d.log.Info("decision file changed", zap.String("path", next.Decisions), zap.Int("max_mb", next.DecisionsMaxMB))
+	}
+}
+
 // apply makes the running links match cfg: new links start, removed ones
 // stop as on exit, changed ones restart from the rates they had reached.
-func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
+func (d *daemon) apply(ctx context.Context, cfg Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	want := map[string]LinkConfig{}
@@ -154,7 +196,7 @@ func (d *daemon) apply(ctx context.Context, cfg Config, metrics *Metrics) {
 		if _, ok := d.links[l.Interface]; ok {
 			continue
 		}
-		r := newLinkRunner(l, d.dryRun, d.log.With(zap.String("link", l.Name)), metrics, cfg)
+		r := newLinkRunner(l, d.dryRun, d.log.With(zap.String("link", l.Name)), d.metrics, d.decisions)
 		r.failed = d.failed
 		r.start(ctx, d.state.Links[l.Name])
 		d.links[l.Interface] = r
@@ -198,7 +240,7 @@ type linkRunner struct {
 	dryRun  bool
 	log     *zap.Logger
 	metrics *Metrics
-	dec     *decisionFile
+	dec     *controller.RecordFile // shared by every link
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -210,12 +252,8 @@ type linkRunner struct {
 	pool  *estimator.Pool
 }
 
-func newLinkRunner(l LinkConfig, dry bool, log *zap.Logger, m *Metrics, cfg Config) *linkRunner {
-	r := &linkRunner{cfg: l, dryRun: dry, log: log, metrics: m}
-	if cfg.Decisions != "" {
-		r.dec = &decisionFile{path: cfg.Decisions, maxBytes: int64(cfg.DecisionsMaxMB) << 20}
-	}
-	return r
+func newLinkRunner(l LinkConfig, dry bool, log *zap.Logger, m *Metrics, dec *controller.RecordFile) *linkRunner {
+	return &linkRunner{cfg: l, dryRun: dry, log: log, metrics: m, dec: dec}
 }
 
 // start runs the link in the background, from the saved rates if any.
@@ -399,8 +437,19 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 	go func() { poolDone <- pool.Run(ctx, samples) }()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	// Once a second the shaping is compared with what the kernel holds:
+	// what someone deleted of autoshape's is made again, what someone put
+	// in its place is left alone, and each is logged once.
+	var checks <-chan time.Time
+	if !r.dryRun {
+		c := time.NewTicker(time.Second)
+		defer c.Stop()
+		checks = c.C
+	}
+	watch := &shapingWatch{log: r.log}
+	checkEvery, nextCheck := time.Second, time.Time{}
 	sum := newSummary()
-	failing := time.Time{}
+	failing := false
 	var nextReflectors time.Time
 	for {
 		select {
@@ -418,6 +467,26 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 			ctrl.AddSample(s)
 		case name := <-forget:
 			est.ForgetReflector(name)
+		case now := <-checks:
+			if now.Before(nextCheck) {
+				continue
+			}
+			r.mu.Lock()
+			link := r.link
+			r.mu.Unlock()
+			drifts, err := link.Check()
+			if watch.report(drifts, err) {
+				// A root made again or another attached to holds some
+				// rate: the next tick writes the controller's.
+				ctrl.Reattach(shapers)
+			}
+			// While the interface is away, look less often.
+			if err != nil {
+				checkEvery = min(2*checkEvery, 10*time.Second)
+			} else {
+				checkEvery = time.Second
+			}
+			nextCheck = now.Add(checkEvery)
 		case now := <-tick.C:
 			decs, err := ctrl.Tick(ctx, now)
 			for _, dec := range decs {
@@ -440,36 +509,12 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 			if sum.due(now) {
 				sum.log(r.log, now, ctrl, len(pool.Active()))
 			}
-			if err == nil {
-				failing = time.Time{}
-				continue
-			}
-			if failing.IsZero() {
-				failing = now
+			// One line per stretch of failures: the check above says
+			// why, and what it did.
+			if err != nil && !failing {
 				r.log.Warn("failed to apply a rate", zap.Error(err))
 			}
-			// The interface or the qdiscs went away (a PPPoE reconnect, a
-			// qdisc deleted by someone else): make them again after a
-			// second of failures, and carry on from the same rates.
-			if now.Sub(failing) >= time.Second && !r.dryRun {
-				r.mu.Lock()
-				if r.link != nil {
-					r.link.Close()
-					r.link = nil
-				}
-				r.mu.Unlock()
-				r.log.Warn("re-applying the shaping")
-				shapers, err := r.shapers(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						<-poolDone
-						return nil
-					}
-					return err
-				}
-				ctrl.Reattach(shapers)
-				failing = time.Time{}
-			}
+			failing = err != nil
 		}
 	}
 }
@@ -485,14 +530,13 @@ func newPolicy(l LinkConfig) (policies.Policy, error) {
 }
 
 // record logs a decision (one INFO line with its reasons), counts it and
-// appends it to the decision file.
+// appends it to the decision file, which says itself (at most once a
+// minute) when it cannot.
 func (r *linkRunner) record(d controller.Decision) {
 	r.log.Info("rate change", zap.Object("decision", d))
 	r.metrics.Decision(d)
 	if r.dec != nil {
-		if err := r.dec.write(d); err != nil {
-			r.log.Warn("failed to write the decision file", zap.Error(err))
-		}
+		_ = r.dec.Write(d)
 	}
 }
 

@@ -283,6 +283,15 @@ func (l *daemonLab) sqmLike(t *testing.T) {
 // scrape fetches the metrics from inside the router namespace.
 func (l *daemonLab) scrape(t *testing.T) string {
 	t.Helper()
+	body, err := l.scrapeAt("127.0.0.1:19877")
+	if err != nil {
+		t.Fatalf("scraping the metrics failed: %v", err)
+	}
+	return body
+}
+
+// scrapeAt fetches the metrics from addr inside the router namespace.
+func (l *daemonLab) scrapeAt(addr string) (string, error) {
 	var body string
 	var err error
 	done := make(chan struct{})
@@ -300,14 +309,14 @@ func (l *daemonLab) scrape(t *testing.T) string {
 		}
 		// Dial here, on the thread in the namespace: an http.Transport
 		// would dial from a goroutine of its own, in the host's namespace.
-		conn, e := net.DialTimeout("tcp", "127.0.0.1:19877", 2*time.Second)
+		conn, e := net.DialTimeout("tcp", addr, 2*time.Second)
 		if e != nil {
 			err = e
 			return
 		}
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		req, _ := http.NewRequest("GET", "http://127.0.0.1:19877/metrics", nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
 		req.Close = true
 		if err = req.Write(conn); err != nil {
 			return
@@ -322,10 +331,7 @@ func (l *daemonLab) scrape(t *testing.T) string {
 		body = string(b)
 	}()
 	<-done
-	if err != nil {
-		t.Fatalf("scraping the metrics failed: %v", err)
-	}
-	return body
+	return body, err
 }
 
 func TestDaemonLifecycle(t *testing.T) {
@@ -636,4 +642,231 @@ func TestDaemonReplace(t *testing.T) {
 			t.Errorf("ingress filters after exit = %q, want sqm-scripts' as they were, %q", got, filters)
 		}
 	})
+}
+
+// redirected reports whether wan0 has an ingress qdisc with a filter that
+// redirects to ifb4wan0, read over netlink as shaped does.
+func (l *daemonLab) redirected() bool {
+	ns, err := netns.GetFromName(l.router)
+	if err != nil {
+		return false
+	}
+	defer ns.Close()
+	h, err := vnetlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	wan, err := h.LinkByName("wan0")
+	if err != nil {
+		return false
+	}
+	ifb, err := h.LinkByName("ifb4wan0")
+	if err != nil {
+		return false
+	}
+	filters, err := h.FilterList(wan, vnetlink.MakeHandle(0xffff, 0))
+	if err != nil {
+		return false
+	}
+	for _, f := range filters {
+		u, ok := f.(*vnetlink.U32)
+		if !ok {
+			continue
+		}
+		for _, a := range u.Actions {
+			if m, ok := a.(*vnetlink.MirredAction); ok && m.Ifindex == ifb.Attrs().Index {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// warnings returns the daemon's WARN lines about a change to the shaping
+// on dev that contain all of want.
+func warnings(log *safeBuffer, dev string, want ...string) []string {
+	var got []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		if !strings.Contains(line, `"level":"warn"`) || !strings.Contains(line, `"dev":"`+dev+`"`) {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(line, w)
+		}
+		if ok {
+			got = append(got, line)
+		}
+	}
+	return got
+}
+
+// foreignRoot puts a root qdisc of the lab's backend with handle 5: in
+// place of dev's root, as another shaper would.
+func (l *daemonLab) foreignRoot(t *testing.T, dev string) {
+	t.Helper()
+	tc := func(args ...string) { mustRun(t, "tc", append([]string{"-n", l.router}, args...)...) }
+	if l.backend == "cake" {
+		tc("qdisc", "replace", "dev", dev, "root", "handle", "5:", "cake", "bandwidth", "3mbit")
+		return
+	}
+	tc("qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1")
+	tc("class", "add", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", "3mbit")
+}
+
+// TestDaemonRestoresItsShaping: what someone deletes of autoshape's own
+// shaping (the ingress qdisc with the redirect, a root qdisc) is made again,
+// with one WARN line per event naming the device, what was found and what
+// was done; a root that another shaper put in place of autoshape's is left
+// alone, with one WARN line, however long it stays, and the daemon goes on.
+func TestDaemonRestoresItsShaping(t *testing.T) {
+	forBackends(t, testDaemonRestoresItsShaping)
+}
+
+func testDaemonRestoresItsShaping(t *testing.T, l *daemonLab) {
+	cmd, log := l.start(t)
+	eventually(t, settle, "the shaping", func() bool {
+		return l.shaped("wan0") && l.shaped("ifb4wan0") && l.redirected()
+	}, log)
+
+	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "ingress")
+	eventually(t, settle, "the ingress qdisc and the redirect made again, with a warning", func() bool {
+		return l.redirected() && len(warnings(log, "wan0", "ingress")) == 1
+	}, log)
+
+	l.foreignRoot(t, "wan0")
+	eventually(t, settle, "a warning about the foreign root", func() bool {
+		return len(warnings(log, "wan0", l.backend+" 5:")) == 1
+	}, log)
+	foreign := l.qdiscs("wan0") + l.classes("wan0")
+	// The daemon goes on checking: a second deletion of the ingress qdisc
+	// is noticed and repaired after the foreign root was seen.
+	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "ingress")
+	eventually(t, settle, "the ingress qdisc made again a second time", func() bool {
+		return l.redirected() && len(warnings(log, "wan0", "ingress")) == 2
+	}, log)
+	if got := l.qdiscs("wan0") + l.classes("wan0"); stripIngress(got) != stripIngress(foreign) {
+		t.Errorf("the daemon changed the foreign root:\nbefore:\n%s\nafter:\n%s", foreign, got)
+	}
+	if got := warnings(log, "wan0", l.backend+" 5:"); len(got) != 1 {
+		t.Errorf("%d warnings about the foreign root, want 1:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	if cmd.ProcessState != nil {
+		t.Fatalf("the daemon ended: %v; log:\n%s", cmd.ProcessState, tail(log.String(), 3000))
+	}
+
+	// The foreign root goes: autoshape's own is made again.
+	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "root")
+	eventually(t, settle, "autoshape's root made again", func() bool { return l.shaped("wan0") }, log)
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 3000))
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, `"level":"warn"`) {
+			t.Logf("%s", line)
+		}
+	}
+}
+
+// stripIngress drops the ingress qdisc's line from tc's output.
+func stripIngress(s string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.Contains(line, "ingress") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// TestDaemonAttachFollowsAReplacedRoot: in attach mode, a root that takes
+// the place of the one the daemon attached to (sqm-scripts restarted) is
+// attached to, with one WARN line, and gets the controller's rate; a
+// deleted ingress qdisc is reported once and not made: attach mode creates
+// nothing.
+func TestDaemonAttachFollowsAReplacedRoot(t *testing.T) {
+	forBackends(t, func(t *testing.T, l *daemonLab) {
+		l.sqmLike(t)
+		cfg, _ := os.ReadFile(l.config)
+		os.WriteFile(l.config, []byte(strings.Replace(string(cfg), "backend = ", "mode = \"attach\"\nbackend = ", 1)), 0o644)
+		cmd, log := l.start(t)
+		eventually(t, settle, "the upload rate written on sqm-scripts' root", func() bool {
+			return strings.Contains(log.String(), `"iface":"wan0","qdisc":"`+l.backend+`","written":true`)
+		}, log)
+
+		l.foreignRoot(t, "wan0")
+		eventually(t, settle, "the new root attached to and given the controller's rate", func() bool {
+			return len(warnings(log, "wan0", l.backend+" 5:", "attached to it")) == 1 &&
+				strings.Contains(l.classes("wan0")+l.qdiscs("wan0"), l.backend+" 5:") && !l.holds("wan0", "3Mbit")
+		}, log)
+		mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "ingress")
+		eventually(t, settle, "a warning about the deleted ingress qdisc", func() bool {
+			return len(warnings(log, "wan0", "no ingress qdisc")) == 1
+		}, log)
+		snap := l.nsSnapshot(t)
+		if strings.Contains(snap, "a5:") || strings.Contains(snap, "ingress") {
+			t.Errorf("the daemon in attach mode created shaping:\n%s", snap)
+		}
+
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 3000))
+		}
+		if got := warnings(log, "wan0", "no ingress qdisc"); len(got) != 1 {
+			t.Errorf("%d warnings about the ingress qdisc, want 1:\n%s", len(got), strings.Join(got, "\n"))
+		}
+	})
+}
+
+// TestDaemonReloadAppliesSettings: SIGHUP applies a new log level, a new
+// metrics address and a new decision file while the link runs on
+// unchanged: after the reload the metrics are served at the new address
+// only, the link's next decision goes to the new file, and INFO lines stop
+// at level warn.
+func TestDaemonReloadAppliesSettings(t *testing.T) {
+	l := newDaemonLab(t)
+	cmd, log := l.start(t)
+	eventually(t, settle, "the shaping, its first decisions and the metrics", func() bool {
+		_, err := l.scrapeAt("127.0.0.1:19877")
+		return strings.Count(log.String(), `"reason":"start"`) == 2 && err == nil
+	}, log)
+
+	cfg, _ := os.ReadFile(l.config)
+	text := strings.Replace(string(cfg), `level = "info"`, `level = "warn"`, 1)
+	text = strings.Replace(text, `listen = "127.0.0.1:19877"`, `listen = "127.0.0.1:19878"`, 1)
+	text = strings.Replace(text, "decisions.jsonl", "decisions-2.jsonl", 1)
+	os.WriteFile(l.config, []byte(text), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, settle, "the metrics at the new address", func() bool {
+		_, err := l.scrapeAt("127.0.0.1:19878")
+		return err == nil
+	}, log)
+	if _, err := l.scrapeAt("127.0.0.1:19877"); err == nil {
+		t.Errorf("the metrics are still served at the old address")
+	}
+
+	// A decision of the running link: its root made again is written the
+	// controller's rate (reason "start"), after a WARN line.
+	mustRun(t, "tc", "-n", l.router, "qdisc", "del", "dev", "wan0", "root")
+	newFile := filepath.Join(l.dir, "decisions-2.jsonl")
+	eventually(t, settle, "the restart's decision in the new decision file", func() bool {
+		b, _ := os.ReadFile(newFile)
+		return strings.Contains(string(b), `"reason":"start"`)
+	}, log)
+	out := log.String()
+	after := out[strings.LastIndex(out, `"msg":"reloading"`):]
+	if strings.Contains(after, `"msg":"rate change"`) {
+		t.Errorf("INFO lines after the reload to level warn:\n%s", tail(after, 2000))
+	}
+	if !strings.Contains(after, `"level":"warn"`) {
+		t.Errorf("no WARN line after the reload:\n%s", tail(after, 2000))
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the daemon exited with %v; log:\n%s", err, tail(log.String(), 3000))
+	}
 }

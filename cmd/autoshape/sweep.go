@@ -28,6 +28,11 @@ import (
 const unshapedFactor = 10
 
 // sweepCmd is `autoshape sweep`: the manual calibration sweep, automated.
+// A step whose load fails is run again once; a direction whose step fails
+// again is not completed. The steps that finished and the recommendation of
+// each completed direction are printed all the same, the directions not
+// completed named with the reason (in --json, "incomplete"), and the exit
+// status is 1 only then.
 func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,7 +67,12 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	plan, err := newSweepPlan(*direction, *lineDown, *lineUp, *from, *to, *step, *hold, link.Budget)
+	// Attach mode may find sqm-scripts' HTB, whatever the backend key says.
+	minRate := link.Backend.MinRate()
+	if link.Attach {
+		minRate = actuator.HTB.MinRate()
+	}
+	plan, err := newSweepPlan(*direction, *lineDown, *lineUp, *from, *to, *step, *hold, link.Budget, minRate)
 	if err != nil {
 		return usageError{err}
 	}
@@ -79,17 +89,23 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	rep, err := sweepLink(ctx, link, plan, load, log)
-	if err != nil {
+	if len(rep.Steps) == 0 {
 		return err
+	}
+	// What the sweep finished is printed even when it could not go on.
+	out := sweepOutput{sweepReport: rep}
+	var inc *sweepIncomplete
+	if errors.As(err, &inc) {
+		out.Incomplete = inc.Failed
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return err
 		}
 	} else {
-		writeSweepTable(stdout, rep, plan)
+		writeSweepTable(stdout, out, plan)
 	}
 	if *plotOut != "" {
 		panels, err := sweepFigure([]plotInput{{name: "sweep of " + link.Name, sweep: &rep}})
@@ -101,8 +117,46 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "wrote %s\n", *plotOut)
 	}
-	return nil
+	return err
 }
+
+// sweepOutput is what `autoshape sweep --json` prints: the report, and the
+// directions the sweep could not complete, with the reason.
+type sweepOutput struct {
+	sweepReport
+	Incomplete []sweepFailure `json:"incomplete,omitempty"`
+}
+
+// A sweepFailure is a direction that was not swept to its end.
+type sweepFailure struct {
+	Direction string `json:"direction"`
+	Error     string `json:"error"`
+}
+
+// A sweepIncomplete ends a sweep that could not complete every direction;
+// the report beside it holds the steps that finished and the
+// recommendation of each direction that completed.
+type sweepIncomplete struct {
+	Failed []sweepFailure
+}
+
+func (e *sweepIncomplete) Error() string {
+	var parts []string
+	for _, f := range e.Failed {
+		parts = append(parts, fmt.Sprintf("the %s sweep was not completed: %s", f.Direction, f.Error))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// A loadError is a step's load failing (a connection lost, a command
+// exiting with an error): the sweep retries that step once.
+type loadError struct {
+	dir estimator.Direction
+	err error
+}
+
+func (e *loadError) Error() string { return fmt.Sprintf("the %s load failed: %v", e.dir, e.err) }
+func (e *loadError) Unwrap() error { return e.err }
 
 // pickLink finds the named link, or the only one.
 func pickLink(cfg Config, name string) (LinkConfig, error) {
@@ -137,7 +191,9 @@ type sweepPlan struct {
 	Budget time.Duration
 }
 
-func newSweepPlan(direction, lineDown, lineUp string, from, to, step float64, hold, budget time.Duration) (sweepPlan, error) {
+// newSweepPlan checks the sweep's flags: minRate is the lowest rate, in
+// bit/s, that the link's shaper takes.
+func newSweepPlan(direction, lineDown, lineUp string, from, to, step float64, hold, budget time.Duration, minRate float64) (sweepPlan, error) {
 	p := sweepPlan{Hold: hold, Budget: budget}
 	switch direction {
 	case "down":
@@ -161,11 +217,23 @@ func newSweepPlan(direction, lineDown, lineUp string, from, to, step float64, ho
 		if err != nil {
 			return p, fmt.Errorf("%s: %w", flagName, err)
 		}
+		if r <= 0 {
+			return p, fmt.Errorf("%s %s: the rate must be positive", flagName, s)
+		}
 		p.LineRate[d] = r
 	}
 	var err error
 	if p.Fractions, err = sweepFractions(from, to, step); err != nil {
 		return p, err
+	}
+	for _, d := range p.Directions {
+		flagName := "--line-rate-down"
+		if d == estimator.Up {
+			flagName = "--line-rate-up"
+		}
+		if low := math.Round(p.LineRate[d] * p.Fractions[0]); low < minRate {
+			return p, fmt.Errorf("--from %v of %s %s is %s: below %s, the lowest rate the link's shaper takes", from, flagName, actuator.FormatRate(p.LineRate[d]), actuator.FormatRate(low), actuator.FormatRate(minRate))
+		}
 	}
 	if hold < time.Second {
 		return p, fmt.Errorf("--hold %v: want at least 1s", hold)
@@ -183,14 +251,16 @@ func sweepFractions(from, to, step float64) ([]float64, error) {
 		return nil, fmt.Errorf("--from %v: want a fraction above 0 (at most 2)", from)
 	case !(to >= from) || to > 2:
 		return nil, fmt.Errorf("--to %v: want a fraction from --from (%v) to 2", to, from)
-	case !(step > 0):
-		return nil, fmt.Errorf("--step %v: want a positive fraction", step)
+	case !(step > 0) || step > 2:
+		return nil, fmt.Errorf("--step %v: want a positive fraction (at most 2)", step)
 	}
-	n := int(math.Floor((to-from)/step+1e-9)) + 1
-	if n > 200 {
-		return nil, fmt.Errorf("--from %v --to %v --step %v makes %d steps: at most 200", from, to, step, n)
+	// Counted in floating point: a tiny step makes more steps than an int
+	// holds.
+	nf := math.Floor((to-from)/step+1e-9) + 1
+	if !(nf <= 200) {
+		return nil, fmt.Errorf("--from %v --to %v --step %v makes %.3g steps: at most 200", from, to, step, nf)
 	}
-	out := make([]float64, n)
+	out := make([]float64, int(nf))
 	for i := range out {
 		out[i] = math.Round((from+float64(i)*step)*1e6) / 1e6
 	}
@@ -220,32 +290,79 @@ type sampleKey struct {
 	kind      estimator.Kind
 }
 
-// run sweeps each direction of the plan and returns the report. It leaves
-// the shapers at whatever the last step set; the caller restores them.
+// run sweeps each direction of the plan and returns the report: the steps
+// that finished, and the recommendation of each direction whose steps all
+// finished. A step whose load fails is retried once; a direction whose
+// step fails again is given up and the next direction swept (a load that
+// failed one way says nothing about the other). Any other error ends the
+// sweep. Either way the error is a *sweepIncomplete naming each direction
+// not completed. It leaves the shapers at whatever the last step set; the
+// caller restores them.
 func (s *sweeper) run(ctx context.Context, p sweepPlan) (sweepReport, error) {
 	s.baseline = map[sampleKey]time.Duration{}
 	rep := sweepReport{Steps: []sweepStep{}, Recommendation: sweepRecommendation{BudgetMs: ms(p.Budget)}}
-	for _, d := range p.Directions {
-		for i := 0; i <= len(p.Fractions); i++ {
-			st := sweepStep{Direction: d.String()}
-			rate := p.LineRate[d] * unshapedFactor
-			if i < len(p.Fractions) {
-				st.Fraction = p.Fractions[i]
-				rate = math.Round(p.LineRate[d] * st.Fraction)
-				st.RateKbit = math.Round(rate) / 1000
-			}
-			if err := s.step(ctx, p, d, uint64(rate), &st); err != nil {
-				return rep, err
-			}
-			rep.Steps = append(rep.Steps, st)
-			s.log.Info("sweep step", zap.String("dir", st.Direction), zap.Float64("fraction", st.Fraction),
-				zap.Float64("rate_kbit", st.RateKbit), zap.Float64("goodput_kbit", st.GoodputKbit),
-				zap.Float64("delay_p50_ms", st.Delay.P50), zap.Float64("delay_p95_ms", st.Delay.P95),
-				zap.Float64("delay_p99_ms", st.Delay.P99), zap.Uint64("drops", st.Drops))
+	var completed []sweepStep
+	var failed []sweepFailure
+	for i, d := range p.Directions {
+		first := len(rep.Steps)
+		err := s.direction(ctx, p, d, &rep)
+		if err == nil {
+			completed = append(completed, rep.Steps[first:]...)
+			continue
 		}
+		failed = append(failed, sweepFailure{Direction: d.String(), Error: err.Error()})
+		s.log.Error("sweep direction not completed", zap.String("dir", d.String()),
+			zap.Int("steps_finished", len(rep.Steps)-first), zap.Error(err))
+		var le *loadError
+		if errors.As(err, &le) && ctx.Err() == nil {
+			continue
+		}
+		for _, rest := range p.Directions[i+1:] {
+			failed = append(failed, sweepFailure{Direction: rest.String(), Error: "not swept: the sweep ended in the " + d.String() + " direction"})
+		}
+		break
 	}
-	rep.Recommendation = recommend(rep.Steps, p.Budget)
+	rep.Recommendation = recommend(completed, p.Budget)
+	if len(failed) > 0 {
+		return rep, &sweepIncomplete{Failed: failed}
+	}
 	return rep, nil
+}
+
+// direction sweeps one direction, appending each step as it finishes.
+func (s *sweeper) direction(ctx context.Context, p sweepPlan, d estimator.Direction, rep *sweepReport) error {
+	for i := 0; i <= len(p.Fractions); i++ {
+		st := sweepStep{Direction: d.String()}
+		rate := p.LineRate[d] * unshapedFactor
+		if i < len(p.Fractions) {
+			st.Fraction = p.Fractions[i]
+			rate = math.Round(p.LineRate[d] * st.Fraction)
+			st.RateKbit = math.Round(rate) / 1000
+		}
+		try := st
+		err := s.step(ctx, p, d, uint64(rate), &try)
+		var le *loadError
+		if errors.As(err, &le) && ctx.Err() == nil {
+			// A new load (new connections) after the step's unloaded
+			// pause, in which the queues the failed one left drain.
+			s.log.Warn("sweep step's load failed: retrying the step once", zap.String("dir", st.Direction),
+				zap.Float64("fraction", st.Fraction), zap.Float64("rate_kbit", st.RateKbit), zap.Error(err))
+			try = st
+			if err = s.step(ctx, p, d, uint64(rate), &try); err != nil {
+				err = fmt.Errorf("%w (the step at %s was retried once)", err, actuator.FormatRate(rate))
+			}
+		}
+		if err != nil {
+			return err
+		}
+		st = try
+		rep.Steps = append(rep.Steps, st)
+		s.log.Info("sweep step", zap.String("dir", st.Direction), zap.Float64("fraction", st.Fraction),
+			zap.Float64("rate_kbit", st.RateKbit), zap.Float64("goodput_kbit", st.GoodputKbit),
+			zap.Float64("delay_p50_ms", st.Delay.P50), zap.Float64("delay_p95_ms", st.Delay.P95),
+			zap.Float64("delay_p99_ms", st.Delay.P99), zap.Uint64("drops", st.Drops))
+	}
+	return nil
 }
 
 // step runs one step: the rate set, an unloaded pause measuring baselines,
@@ -281,7 +398,7 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 		case err := <-loadDone:
 			loadDone <- err // for stopLoad
 			if err != nil && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("the %s load failed: %w", d, err)
+				return &loadError{dir: d, err: err}
 			}
 		default:
 		}
@@ -317,7 +434,7 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 	after, serr := s.shapers[d].Stats(ctx)
 	elapsed := s.now().Sub(start)
 	if lerr := stopLoad(); err == nil && lerr != nil {
-		err = fmt.Errorf("the %s load failed: %w", d, lerr)
+		err = &loadError{dir: d, err: lerr}
 	}
 	if err != nil {
 		return err
@@ -393,8 +510,9 @@ func recommend(steps []sweepStep, budget time.Duration) sweepRecommendation {
 }
 
 // writeSweepTable prints the steps and the recommendation with the
-// configuration lines that use it.
-func writeSweepTable(w io.Writer, rep sweepReport, p sweepPlan) {
+// configuration lines that use it, and names the directions not completed.
+func writeSweepTable(w io.Writer, out sweepOutput, p sweepPlan) {
+	rep := out.sweepReport
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "dir\tfraction\trate kbit/s\tgoodput kbit/s\tp50 ms\tp95 ms\tp99 ms\tdrops\t")
 	for _, st := range rep.Steps {
@@ -407,7 +525,14 @@ func writeSweepTable(w io.Writer, rep sweepReport, p sweepPlan) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nrecommendation: the highest rate whose p95 added delay is within %.0f ms\n", rep.Recommendation.BudgetMs)
+directions:
 	for _, d := range p.Directions {
+		for _, f := range out.Incomplete {
+			if f.Direction == d.String() {
+				fmt.Fprintf(w, "%s: not completed, no recommendation: %s\n", d, f.Error)
+				continue directions
+			}
+		}
 		rec, section := rep.Recommendation.DownKbit, "[link.download]"
 		if d == estimator.Up {
 			rec, section = rep.Recommendation.UpKbit, "[link.upload]"

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +35,15 @@ func TestSweepFractions(t *testing.T) {
 		{from: 0.9, to: 0.8, step: 0.1, err: "--to"},
 		{from: 0.5, to: 1, step: 0, err: "--step"},
 		{from: 0.01, to: 2, step: 0.001, err: "at most 200"},
+		// More steps than an int holds: the count overflowed to a
+		// negative length (makeslice panicked).
+		{from: 0.7, to: 1, step: 1e-20, err: "--from 0.7 --to 1 --step 1e-20 makes 3e+19 steps: at most 200"},
+		{from: 0.7, to: 1, step: 5e-324, err: "makes +Inf steps: at most 200"},
+		{from: 0.5, to: 1, step: math.Inf(1), err: "--step +Inf: want a positive fraction"},
+		{from: 0.5, to: 1, step: 2, want: []float64{0.5}},
+		{from: 0.5, to: 1, step: math.NaN(), err: "--step"},
+		{from: math.NaN(), to: 1, step: 0.1, err: "--from"},
+		{from: 0.5, to: math.Inf(1), step: 0.1, err: "--to"},
 	} {
 		got, err := sweepFractions(tc.from, tc.to, tc.step)
 		if tc.err != "" {
@@ -56,13 +68,16 @@ func TestSweepPlanErrors(t *testing.T) {
 		{dir: "both", down: "10mbit", hold: time.Minute, err: "--line-rate-up is required"},
 		{dir: "down", down: "fast", hold: time.Minute, err: "--line-rate-down"},
 		{dir: "down", down: "10mbit", hold: time.Millisecond, err: "--hold"},
+		{dir: "down", down: "0", hold: time.Minute, err: "--line-rate-down 0: the rate must be positive"},
+		{dir: "up", up: "1e300gbit", hold: time.Minute, err: `--line-rate-up: invalid rate "1e300gbit": above 10 Tbit/s`},
+		{dir: "down", down: "10kbit", hold: time.Minute, err: "--from 0.7 of --line-rate-down 10kbit is 7kbit: below 8kbit, the lowest rate the link's shaper takes"},
 	} {
-		_, err := newSweepPlan(tc.dir, tc.down, tc.up, 0.7, 1, 0.1, tc.hold, 15*time.Millisecond)
+		_, err := newSweepPlan(tc.dir, tc.down, tc.up, 0.7, 1, 0.1, tc.hold, 15*time.Millisecond, 8000)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("newSweepPlan(%q, %q, %q, hold %v) = %v; want an error naming %s", tc.dir, tc.down, tc.up, tc.hold, err, tc.err)
 		}
 	}
-	p, err := newSweepPlan("up", "", "2604kbit", 0.7, 1, 0.1, 20*time.Second, 15*time.Millisecond)
+	p, err := newSweepPlan("up", "", "2604kbit", 0.7, 1, 0.1, 20*time.Second, 15*time.Millisecond, 8000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +124,7 @@ func TestRecommend(t *testing.T) {
 		t.Errorf("recommend = %+v, want %+v", got, want)
 	}
 	var out bytes.Buffer
-	writeSweepTable(&out, sweepReport{Steps: steps, Recommendation: got},
+	writeSweepTable(&out, sweepOutput{sweepReport: sweepReport{Steps: steps, Recommendation: got}},
 		sweepPlan{Directions: []estimator.Direction{estimator.Down, estimator.Up}, LineRate: [2]float64{estimator.Down: 17613e3, estimator.Up: 2604e3}})
 	for _, want := range []string{"unshaped", "[link.download]", `base = "15000kbit"`, `max = "17613kbit"`, "up: no step was within the budget"} {
 		if !strings.Contains(out.String(), want) {
@@ -257,6 +272,8 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"sweep", "-c", cfg, "--direction", "down", "--load", "exec:true"}, "--line-rate-down is required"},
 		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "10mbit"}, "--load is required"},
 		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "10mbit", "--load", "exec:true", "--plot", "x.jpg"}, "--plot"},
+		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "10mbit", "--load", "exec:true", "--step", "1e-20"}, "--step 1e-20 makes 3e+19 steps: at most 200"},
+		{[]string{"sweep", "-c", cfg, "--direction", "down", "--line-rate-down", "1e300gbit", "--load", "exec:true"}, "above 10 Tbit/s"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
@@ -303,5 +320,120 @@ func TestSweeperCountsLostProbes(t *testing.T) {
 	want := sim.Delay{P50: 1000, P95: 1000, P99: 1000}
 	if len(rep.Steps) != 2 || rep.Steps[0].Delay != want || rep.Recommendation.DownKbit != 0 {
 		t.Errorf("steps %+v, recommendation %+v; want the lost steps at the 1 s deadline and no recommendation", rep.Steps, rep.Recommendation)
+	}
+}
+
+// failingLoad is a fakeLine whose load calls numbered in fail (from 1) lose
+// their connection partway through the step.
+type failingLoad struct {
+	*fakeLine
+	fail  map[int32]bool
+	calls atomic.Int32
+}
+
+func (f *failingLoad) Load(ctx context.Context, d estimator.Direction, rate float64, hold time.Duration) error {
+	if !f.fail[f.calls.Add(1)] {
+		return f.fakeLine.Load(ctx, d, rate, hold)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	f.fakeLine.Load(lctx, d, rate, hold)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("write: connection timed out")
+}
+
+// TestSweeperRetriesAFailedLoadOnce: a step whose load fails partway is run
+// again with a new load, once. A sweep whose retry succeeds is complete; a
+// direction whose retry fails too is given up, the steps already finished
+// are kept, the other direction is still swept and recommended, and the
+// error names the direction that was not completed.
+func TestSweeperRetriesAFailedLoadOnce(t *testing.T) {
+	type result struct {
+		Steps      []string // direction and rate of each step kept
+		Loads      int32
+		Rec        sweepRecommendation
+		Incomplete []string // the directions named not completed
+	}
+	for _, tc := range []struct {
+		name string
+		dirs []estimator.Direction
+		fail []int32
+		want result
+	}{{
+		name: "retried step completes the sweep",
+		dirs: []estimator.Direction{estimator.Down},
+		fail: []int32{2},
+		want: result{Steps: []string{"down 5000", "down 8000", "down 0"}, Loads: 4,
+			Rec: sweepRecommendation{DownKbit: 8000, BudgetMs: 15}},
+	}, {
+		name: "upload fails twice after a step: download and the finished step kept",
+		dirs: []estimator.Direction{estimator.Down, estimator.Up},
+		fail: []int32{5, 6},
+		want: result{Steps: []string{"down 5000", "down 8000", "down 0", "up 5000"}, Loads: 6,
+			Rec: sweepRecommendation{DownKbit: 8000, BudgetMs: 15}, Incomplete: []string{"up"}},
+	}, {
+		name: "download fails twice at its first step: upload still swept",
+		dirs: []estimator.Direction{estimator.Down, estimator.Up},
+		fail: []int32{1, 2},
+		want: result{Steps: []string{"up 5000", "up 8000", "up 0"}, Loads: 5,
+			Rec: sweepRecommendation{UpKbit: 8000, BudgetMs: 15}, Incomplete: []string{"down"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := &fakeLine{capacity: 9e6, shaper: &actuator.Fake{}}
+			load := &failingLoad{fakeLine: line, fail: map[int32]bool{}}
+			for _, n := range tc.fail {
+				load.fail[n] = true
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			samples := make(chan estimator.Sample, 1024)
+			go line.probe(ctx, samples)
+			s := &sweeper{shapers: [2]actuator.Shaper{estimator.Down: line.shaper, estimator.Up: line.shaper},
+				samples: samples, load: load, log: zap.NewNop(), now: time.Now}
+			p := sweepPlan{Directions: tc.dirs, LineRate: [2]float64{estimator.Down: 10e6, estimator.Up: 10e6},
+				Fractions: []float64{0.5, 0.8}, Hold: 200 * time.Millisecond, Settle: 20 * time.Millisecond,
+				Pause: 50 * time.Millisecond, Budget: 15 * time.Millisecond}
+			rep, err := s.run(ctx, p)
+			got := result{Loads: load.calls.Load(), Rec: rep.Recommendation}
+			for _, st := range rep.Steps {
+				got.Steps = append(got.Steps, fmt.Sprintf("%s %.0f", st.Direction, st.RateKbit))
+			}
+			var inc *sweepIncomplete
+			if errors.As(err, &inc) {
+				for _, f := range inc.Failed {
+					got.Incomplete = append(got.Incomplete, f.Direction)
+					if !strings.Contains(f.Error, "connection timed out") || !strings.Contains(f.Error, "retried once") {
+						t.Errorf("%s: failure %q should give the load's error and say the step was retried", f.Direction, f.Error)
+					}
+				}
+			} else if err != nil {
+				t.Fatalf("run = %v, want nil or a *sweepIncomplete", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if line.loaded.Load() {
+				t.Error("the load is still running")
+			}
+
+			// The table keeps the finished steps, the completed direction's
+			// recommendation, and names the one not completed.
+			var out bytes.Buffer
+			o := sweepOutput{sweepReport: rep}
+			if inc != nil {
+				o.Incomplete = inc.Failed
+			}
+			writeSweepTable(&out, o, p)
+			for _, f := range o.Incomplete {
+				if !strings.Contains(out.String(), f.Direction+": not completed, no recommendation: ") {
+					t.Errorf("the table does not name %s as not completed:\n%s", f.Direction, out.String())
+				}
+			}
+			if rec := max(rep.Recommendation.DownKbit, rep.Recommendation.UpKbit); !strings.Contains(out.String(), fmt.Sprintf(`base = "%.0fkbit"`, rec)) {
+				t.Errorf("the table lacks the completed direction's recommendation:\n%s", out.String())
+			}
+		})
 	}
 }

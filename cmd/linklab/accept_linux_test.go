@@ -20,10 +20,9 @@ import (
 // machine could move them; the exact figures are in the test log and in
 // docs/sim-vs-lab.md.
 
-// labRun runs `linklab run --json` with args, built as a binary of its own
-// (so that its load and probe do not run under the race detector that go
-// test may add), and returns the results by "scheme direction".
-func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
+// needAccept skips an acceptance run unless it is root and LINKLAB_ACCEPT
+// is set.
+func needAccept(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces")
@@ -34,13 +33,29 @@ func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
 		// last, alone, in the README's test command.
 		t.Skip("measures timing on a quiet machine: LINKLAB_ACCEPT=1 go test -run TestAccept ./cmd/linklab, the last step of the README's test command")
 	}
-	exclusive(t)
+}
+
+// buildBinaries builds autoshape and linklab into a directory of the test's
+// and returns it.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	for _, cmd := range []string{"autoshape", "linklab"} {
 		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/autoshape/autoshape/cmd/"+cmd).CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v: %s", cmd, err, out)
 		}
 	}
+	return dir
+}
+
+// labRun runs `linklab run --json` with args, built as a binary of its own
+// (so that its load and probe do not run under the race detector that go
+// test may add), and returns the results by "scheme direction".
+func labRun(t *testing.T, prefix string, args ...string) map[string]sim.Result {
+	t.Helper()
+	needAccept(t)
+	exclusive(t)
+	dir := buildBinaries(t)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(dir, "linklab"), append([]string{"run", "--json", "--autoshape", filepath.Join(dir, "autoshape")}, args...)...)
 	cmd.Env = append(os.Environ(), "LINKLAB_PREFIX="+prefix)
@@ -166,4 +181,68 @@ func exclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
+}
+
+// TestAcceptSweepDSL: the README's `linklab sweep --scenario dsl` with the
+// default plan (0.70 to 1.00 in steps of 0.025 and unshaped, 20 s each)
+// completes the upload and recommends a rate for it. Its upload once lost a
+// stream to the kernel within seconds on every run, alone or after the
+// download (see sweepLoad). The upload alone takes about five and a half
+// minutes; `--direction both` (about eleven) was run by hand and completes
+// as well.
+func TestAcceptSweepDSL(t *testing.T) {
+	needAccept(t)
+	exclusive(t)
+	dir := buildBinaries(t)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(dir, "linklab"), "sweep", "--scenario", "dsl", "--direction", "up", "--json",
+		"--autoshape", filepath.Join(dir, "autoshape"))
+	cmd.Env = append(os.Environ(), "LINKLAB_PREFIX=asxw-")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var rep struct {
+		Steps []struct {
+			Direction string  `json:"direction"`
+			RateKbit  float64 `json:"rate_kbit"`
+			Delay     struct {
+				P95 float64 `json:"p95"`
+			} `json:"delay_ms"`
+		} `json:"steps"`
+		Recommendation struct {
+			UpKbit float64 `json:"up_kbit"`
+		} `json:"recommendation"`
+		Incomplete []struct {
+			Direction, Error string
+		} `json:"incomplete"`
+	}
+	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil {
+		t.Fatalf("linklab sweep: %v, and its output is no sweep report (%v): %s\n%s", err, jerr, stdout.String(), stderr.String())
+	}
+	for _, f := range rep.Incomplete {
+		t.Errorf("the %s sweep was not completed: %s", f.Direction, f.Error)
+	}
+	if err != nil {
+		t.Errorf("linklab sweep: %v: %s", err, tail(stderr.String(), 2000))
+	}
+	steps := map[string]int{}
+	for _, st := range rep.Steps {
+		steps[st.Direction]++
+		t.Logf("%s %.0f kbit/s: p95 %.0f ms", st.Direction, st.RateKbit, st.Delay.P95)
+	}
+	if steps["up"] != 14 || len(steps) != 1 {
+		t.Errorf("steps %v, want 14 up (13 fractions and unshaped)", steps)
+	}
+	up := rep.Recommendation.UpKbit
+	t.Logf("recommendation: up %v kbit/s (%.3f of the line)", up, up/2604)
+	if f := up / 2604; f < 0.7-1e-3 || f > 1 {
+		t.Errorf("up recommendation %v kbit/s: %.3f of the line rate, want one of the swept rates (0.7 to 1)", up, f)
+	}
+}
+
+// tail is the end of s, at most n bytes.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
 }

@@ -4,6 +4,7 @@
 //	linklab run --scenario step|dsl|lte [--trace-down FILE] [--trace-up FILE]
 //	            --scheme SCHEME [--scheme SCHEME ...] [--duration D] [--budget B] [--json]
 //	linklab sweep --scenario dsl --direction down|up|both [...]
+//	linklab load --ns NS --addr HOST:PORT --direction down|up (the sweep's load)
 //
 // The schemes and the environment it reads are in the usage text.
 package main
@@ -32,6 +33,7 @@ import (
 
 const usage = `usage: linklab run --scenario step|dsl|lte --scheme SCHEME [--scheme SCHEME ...] [flags]
        linklab sweep --scenario dsl --direction down|up|both [--from F --to F --step F --hold D] [--json]
+       linklab load --ns NS --addr HOST:PORT --direction down|up [--streams N]   (the sweep's load, run by it)
 
 schemes:
   unshaped
@@ -94,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = sweepCmd(args[1:], stdout, stderr)
 	case args[0] == "uml":
 		err = umlCmd(args[1:], stdout, stderr)
+	case args[0] == "load":
+		err = loadCmd(args[1:], stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -485,8 +489,11 @@ func writeTable(w io.Writer, rep Report) {
 	tw.Flush()
 }
 
-// sweepCmd runs `autoshape sweep` on rtr against the lab's line and its load
-// endpoint, and passes its output through.
+// sweepCmd runs `autoshape sweep` on rtr against the lab's line, its load
+// (sweepLoad: streams from cli to srv's endpoint) and passes its output
+// through. When a direction could not be completed, autoshape sweep prints
+// the steps it finished and the recommendation of each completed direction,
+// names the failed direction and exits 1, and so does linklab.
 func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -548,7 +555,11 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sweepArgs = append(sweepArgs, "-c", conf, "--load", "tcp:"+ep.Addr())
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the sweep's load runs linklab itself: %w", err)
+	}
+	sweepArgs = append(sweepArgs, "-c", conf, "--load", sweepLoad(self, top.Cli, ep.Addr(), *streams))
 	if *asJSON {
 		sweepArgs = append(sweepArgs, "--json")
 	}

@@ -26,8 +26,10 @@ var realKernelSuites = []struct {
 	{pkg: "internal/kerneltest"},
 	{pkg: "actuator", skip: "NotSupported$"},
 	// The sweep test measures delay against a bar that the guest's one CPU
-	// moves; it runs on the host (HTB), as the sweep does.
-	{pkg: "cmd/autoshape", skip: "NotSupported$|^TestSweepOnBloatedLine$"},
+	// moves; it runs on the host (HTB), as the sweep does. TestFaults' rows
+	// (probes, clocks, disk, reloads) do not depend on the shaper and run
+	// on the host; TestFaultsOnShaping's run here with CAKE.
+	{pkg: "cmd/autoshape", skip: "NotSupported$|^TestSweepOnBloatedLine$|^TestFaults$"},
 	// The lab's tests of CAKE and netem; the rest build the daemon with the
 	// go command, which would take minutes there, and run on the host.
 	{pkg: "lab", run: "^(TestSetRTTAddsTheRoundTrip|TestCakeRouterStatic|TestAutorateSchemeFollowsTheEstimate)$"},
