@@ -304,11 +304,27 @@ var faultRows = []faultRow{
 		}
 	}},
 	{"replies delayed at random up to 1.5 s", "echo", false, func(t *testing.T, f *faultLab) {
+		// Answers that come back late are delay: the loaded upload is
+		// cut for it and never raised above base.
 		f.refl.set(false, 1500*time.Millisecond, 0)
+		f.loadUp(t, 3e6)
 		f.start(t)
 		f.waitShaped(t)
 		time.Sleep(15 * time.Second)
-		f.finish(t)
+		log := f.finish(t)
+		recs := logRecords(log)
+		for _, r := range recs {
+			if r.Dir == "up" && r.Reason != "shutdown" && r.RateKbit > faultBounds["up"].base {
+				t.Errorf("with every answer up to 1.5 s late, the upload went to %v kbit/s (%s)", r.RateKbit, r.Reason)
+			}
+		}
+		cut := false
+		for _, r := range recs {
+			cut = cut || (r.Dir == "up" && r.Reason == "bloat")
+		}
+		if !cut {
+			t.Errorf("answers up to 1.5 s late and no cut of the loaded upload:\n%s", tail(log, 2000))
+		}
 	}},
 	{"wall clock stepped 2 s", "timestamp", false, func(t *testing.T, f *faultLab) { clockStep(t, f, 2*time.Second) }},
 	{"wall clock stepped 12 h", "timestamp", false, func(t *testing.T, f *faultLab) { clockStep(t, f, 12*time.Hour) }},
