@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -536,7 +537,16 @@ func TestHTBSplitClassifies(t *testing.T) {
 	// packets of their own to the counters.
 	sendUDP(t, l.ns, v4, 1, 10, 0)
 	sendUDP(t, l.ns, v6, 1, 10, 0)
+	// Give both answers time to come: in User-mode Linux they may take
+	// longer than a burst takes to leave, and a datagram the neighbour
+	// table cannot hold never reaches the qdisc.
 	time.Sleep(100 * time.Millisecond)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		out, _ := exec.Command("ip", "-n", l.router.NS, "neigh", "show", "dev", l.router.Dev).CombinedOutput()
+		if strings.Count(string(out), "REACHABLE") >= 2 {
+			break
+		}
+	}
 
 	for _, tt := range []struct {
 		name  string
