@@ -3,16 +3,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,17 +180,22 @@ func (l *daemonLab) qdiscs(dev string) string {
 	return string(out)
 }
 
+// netlink is a route netlink handle in the router namespace.
+func (l *daemonLab) netlink() (*vnetlink.Handle, error) {
+	ns, err := netns.GetFromName(l.router)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	return vnetlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+}
+
 // shaped reports whether dev's root is autoshape's qdisc of the lab's
 // backend. It reads over netlink, as tests poll it: an exec of tc takes a
 // fifth of a second of the one CPU in User-mode Linux, and polling with it
 // starves the daemon under test.
 func (l *daemonLab) shaped(dev string) bool {
-	ns, err := netns.GetFromName(l.router)
-	if err != nil {
-		return false
-	}
-	defer ns.Close()
-	h, err := vnetlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := l.netlink()
 	if err != nil {
 		return false
 	}
@@ -283,55 +285,11 @@ func (l *daemonLab) sqmLike(t *testing.T) {
 // scrape fetches the metrics from inside the router namespace.
 func (l *daemonLab) scrape(t *testing.T) string {
 	t.Helper()
-	body, err := l.scrapeAt("127.0.0.1:19877")
+	body, err := scrapeAt(l.router, "127.0.0.1:19877")
 	if err != nil {
 		t.Fatalf("scraping the metrics failed: %v", err)
 	}
 	return body
-}
-
-// scrapeAt fetches the metrics from addr inside the router namespace.
-func (l *daemonLab) scrapeAt(addr string) (string, error) {
-	var body string
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // thrown away with the goroutine
-		h, e := netns.GetFromName(l.router)
-		if e != nil {
-			err = e
-			return
-		}
-		defer h.Close()
-		if err = netns.Set(h); err != nil {
-			return
-		}
-		// Dial here, on the thread in the namespace: an http.Transport
-		// would dial from a goroutine of its own, in the host's namespace.
-		conn, e := net.DialTimeout("tcp", addr, 2*time.Second)
-		if e != nil {
-			err = e
-			return
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
-		req.Close = true
-		if err = req.Write(conn); err != nil {
-			return
-		}
-		resp, e := http.ReadResponse(bufio.NewReader(conn), req)
-		if e != nil {
-			err = e
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-	}()
-	<-done
-	return body, err
 }
 
 func TestDaemonLifecycle(t *testing.T) {
@@ -647,12 +605,7 @@ func TestDaemonReplace(t *testing.T) {
 // redirected reports whether wan0 has an ingress qdisc with a filter that
 // redirects to ifb4wan0, read over netlink as shaped does.
 func (l *daemonLab) redirected() bool {
-	ns, err := netns.GetFromName(l.router)
-	if err != nil {
-		return false
-	}
-	defer ns.Close()
-	h, err := vnetlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := l.netlink()
 	if err != nil {
 		return false
 	}
@@ -831,7 +784,7 @@ func TestDaemonReloadAppliesSettings(t *testing.T) {
 	l := newDaemonLab(t)
 	cmd, log := l.start(t)
 	eventually(t, settle, "the shaping, its first decisions and the metrics", func() bool {
-		_, err := l.scrapeAt("127.0.0.1:19877")
+		_, err := scrapeAt(l.router, "127.0.0.1:19877")
 		return strings.Count(log.String(), `"reason":"start"`) == 2 && err == nil
 	}, log)
 
@@ -842,10 +795,10 @@ func TestDaemonReloadAppliesSettings(t *testing.T) {
 	os.WriteFile(l.config, []byte(text), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
 	eventually(t, settle, "the metrics at the new address", func() bool {
-		_, err := l.scrapeAt("127.0.0.1:19878")
+		_, err := scrapeAt(l.router, "127.0.0.1:19878")
 		return err == nil
 	}, log)
-	if _, err := l.scrapeAt("127.0.0.1:19877"); err == nil {
+	if _, err := scrapeAt(l.router, "127.0.0.1:19877"); err == nil {
 		t.Errorf("the metrics are still served at the old address")
 	}
 
