@@ -300,8 +300,16 @@ func TestConfigRefusesWhatCannotRun(t *testing.T) {
 // leaksGoNames reports whether a configuration error speaks of the code
 // (a Go field, a package) rather than of the keys the user wrote.
 func leaksGoNames(err error) bool {
-	for _, s := range []string{"PoolConfig", "estimator:", "controller:", "policy:", "Bounds", "bit/s is", "SetupConfig"} {
-		if strings.Contains(err.Error(), s) {
+	msg := err.Error()
+	for _, s := range []string{"PoolConfig", "Bounds", "bit/s is", "SetupConfig"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	// A package's prefix opens the message or follows another's colon;
+	// the user's own key "link[0].policy:" is not one.
+	for _, pkg := range []string{"estimator", "controller", "policy", "policies"} {
+		if strings.HasPrefix(msg, pkg+": ") || strings.Contains(msg, ": "+pkg+": ") {
 			return true
 		}
 	}
