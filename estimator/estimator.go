@@ -178,7 +178,7 @@ type Estimator struct {
 
 // A reflector is the state of one reflector.
 type reflector struct {
-	baselines [3]baseline // by Kind
+	baselines [3]Baseline // by Kind
 	newest    [2]newest   // by Direction
 }
 
@@ -301,13 +301,13 @@ func (e *Estimator) flushUp() {
 func (e *Estimator) addAlone(r *reflector, s Sample) {
 	b := &r.baselines[s.Kind]
 	var delta time.Duration
-	if s.Kind != RTT && b.deviation(s.Delay) < -clockStepMin {
+	if s.Kind != RTT && b.Deviation(s.Delay) < -clockStepMin {
 		// Far below its baseline, and no other half to tell: it may be one
 		// half of a clock step whose other half was lost, so it does not
 		// pull the baseline down (the next pair settles it).
 		delta = 0
 	} else {
-		delta = b.update(s.Delay, s.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+		delta = b.Update(s.Delay, s.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
 	}
 	switch s.Kind {
 	case OWDUp:
@@ -329,13 +329,13 @@ func (e *Estimator) addAlone(r *reflector, s Sample) {
 func (e *Estimator) addPair(r *reflector, up, down Sample) {
 	bu, bd := &r.baselines[OWDUp], &r.baselines[OWDDown]
 	if bu.set && bd.set {
-		if o, ok := clockStep(bu.deviation(up.Delay), bd.deviation(down.Delay), r.newest[Up].delta, r.newest[Down].delta); ok {
-			bu.shift(-o)
-			bd.shift(o)
+		if o, ok := clockStep(bu.Deviation(up.Delay), bd.Deviation(down.Delay), r.newest[Up].delta, r.newest[Down].delta); ok {
+			bu.Shift(-o)
+			bd.Shift(o)
 		}
 	}
-	du := bu.update(up.Delay, up.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
-	dd := bd.update(down.Delay, down.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	du := bu.Update(up.Delay, up.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
+	dd := bd.Update(down.Delay, down.Sent, e.cfg.RiseTau, e.cfg.FallWeight)
 	e.add(r, Up, du, up.Sent, false)
 	e.add(r, Down, dd, down.Sent, false)
 }
@@ -374,9 +374,9 @@ const clockStepMin = 100 * time.Millisecond
 // that leaves each side near half the round trip's change is taken: a
 // 12 h step is found as surely as a 2 s one.
 func clockStep(dUp, dDown, prevUp, prevDown time.Duration) (time.Duration, bool) {
-	rtt := foldDay(dUp + dDown)
-	even := foldDay((dDown - dUp) / 2)
-	if alt := foldDay(even + day/2); absDur(foldDay(dUp+alt)-rtt/2) < absDur(foldDay(dUp+even)-rtt/2) {
+	rtt := FoldDay(dUp + dDown)
+	even := FoldDay((dDown - dUp) / 2)
+	if alt := FoldDay(even + day/2); absDur(FoldDay(dUp+alt)-rtt/2) < absDur(FoldDay(dUp+even)-rtt/2) {
 		even = alt
 	}
 	// With rtt >= 0, the offsets in [lo, hi] leave both sides' queueing

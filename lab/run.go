@@ -23,6 +23,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -534,7 +535,7 @@ func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string
 		bases[d] = b.Base
 		text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
 	}
-	text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = %d\n", strings.Join(refl, ", "), Reflectors, estimator.DefaultPoolRate)
+	text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = %d\n", strings.Join(refl, ", "), Reflectors, probe.DefaultPoolRate)
 	return conf, bases, os.WriteFile(conf, []byte(text), 0o644)
 }
 

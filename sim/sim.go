@@ -29,6 +29,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // Config describes one simulated link and its load.
@@ -103,7 +104,7 @@ func (c Config) withDefaults() Config {
 		c.Reflectors = 6
 	}
 	if c.ProbeRate == 0 {
-		c.ProbeRate = estimator.DefaultPoolRate
+		c.ProbeRate = probe.DefaultPoolRate
 	}
 	if c.ReflectorSpread == 0 {
 		c.ReflectorSpread = 20 * time.Millisecond

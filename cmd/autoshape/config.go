@@ -18,6 +18,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // referenceConfig is the commented configuration `autoshape config default`
@@ -110,7 +111,7 @@ type LinkConfig struct {
 	Policy               PolicyName
 	Framing              actuator.Framing
 	Directions           [2]controller.DirectionConfig // by estimator.Direction
-	Method               estimator.Method
+	Method               probe.Method
 	Reflectors           []netip.Addr
 	ActiveReflectors     int
 	ProbeRate            float64
@@ -229,9 +230,9 @@ const (
 	// minProbeRate and maxProbeRate bound probe.rate (probes per second,
 	// all reflectors together): a link counts as stalled after a second
 	// without an answer, so probes must go out at least twice a second;
-	// above estimator.MaxPoolRate the probes are load of their own.
+	// above probe.MaxPoolRate the probes are load of their own.
 	minProbeRate = 2
-	maxProbeRate = estimator.MaxPoolRate
+	maxProbeRate = probe.MaxPoolRate
 	// minWrittenRate is the lowest rate the controller writes: whole
 	// kbit/s, at least one.
 	minWrittenRate = 1000
@@ -371,7 +372,7 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 	if method == "" {
 		method = "auto"
 	}
-	if l.Method, err = estimator.ParseMethod(method); err != nil {
+	if l.Method, err = probe.ParseMethod(method); err != nil {
 		return l, keyErr("probe.method", "%v", err)
 	}
 	if err := l.probes(rl.Probe); err != nil {
@@ -397,7 +398,7 @@ func (l *LinkConfig) probes(rp rawProbe) error {
 		switch {
 		case a.IsUnspecified() || a.IsMulticast():
 			return keyErr("probe.reflectors", "%q is not a unicast address", s)
-		case l.Method == estimator.Timestamp && !a.Is4():
+		case l.Method == probe.Timestamp && !a.Is4():
 			return keyErr("probe.reflectors", "%q is IPv6, which method = \"timestamp\" cannot probe (use \"auto\")", s)
 		}
 		if prev, dup := seen[a]; dup {
@@ -407,27 +408,27 @@ func (l *LinkConfig) probes(rp rawProbe) error {
 		l.Reflectors = append(l.Reflectors, a)
 	}
 	if len(l.Reflectors) == 0 {
-		for _, a := range estimator.DefaultReflectors {
-			if l.Method != estimator.Timestamp || a.Is4() {
+		for _, a := range probe.DefaultReflectors {
+			if l.Method != probe.Timestamp || a.Is4() {
 				l.Reflectors = append(l.Reflectors, a)
 			}
 		}
 	}
 	n := len(l.Reflectors)
 	if l.ActiveReflectors == 0 {
-		l.ActiveReflectors = min(estimator.DefaultPoolActive, n)
+		l.ActiveReflectors = min(probe.DefaultPoolActive, n)
 	}
 	if lo := min(2, n); l.ActiveReflectors < lo || l.ActiveReflectors > n {
 		return keyErr("probe.active", "%d: want %d to the number of reflectors (%d)", l.ActiveReflectors, lo, n)
 	}
 	if l.ProbeRate == 0 {
-		l.ProbeRate = estimator.DefaultPoolRate
+		l.ProbeRate = probe.DefaultPoolRate
 	}
 	if !(l.ProbeRate >= minProbeRate && l.ProbeRate <= maxProbeRate) {
 		return keyErr("probe.rate", "%g: want %d to %d probes per second, all reflectors together (a link counts as stalled after 1 s without an answer)", l.ProbeRate, minProbeRate, maxProbeRate)
 	}
-	if every := time.Duration(float64(l.ActiveReflectors) / l.ProbeRate * float64(time.Second)); every > estimator.MaxPoolInterval {
-		return keyErr("probe", "active = %d at rate = %g probes each reflector every %v: want at most every %v (raise rate or lower active)", l.ActiveReflectors, l.ProbeRate, every.Round(time.Millisecond), estimator.MaxPoolInterval)
+	if every := time.Duration(float64(l.ActiveReflectors) / l.ProbeRate * float64(time.Second)); every > probe.MaxPoolInterval {
+		return keyErr("probe", "active = %d at rate = %g probes each reflector every %v: want at most every %v (raise rate or lower active)", l.ActiveReflectors, l.ProbeRate, every.Round(time.Millisecond), probe.MaxPoolInterval)
 	}
 	return nil
 }
@@ -438,7 +439,7 @@ func (l *LinkConfig) probes(rp rawProbe) error {
 // above are meant to have caught everything in the user's terms already:
 // an error here is a gap in them.
 func (l LinkConfig) runnable() error {
-	pc := estimator.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
+	pc := probe.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
 	if err := pc.Validate(); err != nil {
 		return keyErr("probe", "%v", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/probe"
 )
 
 func TestReferenceConfigParses(t *testing.T) {
@@ -31,7 +32,7 @@ func TestReferenceConfigParses(t *testing.T) {
 	switch {
 	case l.Interface != "wan" || l.IFB != "ifb4wan" || l.Backend != actuator.CAKE || l.Attach || l.Replace:
 		t.Errorf("link = %+v", l)
-	case l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Framing.Overhead != 44 || l.Method != estimator.Auto:
+	case l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Framing.Overhead != 44 || l.Method != probe.Auto:
 		t.Errorf("link = %+v", l)
 	case l.Directions[estimator.Down].Bounds.Max != 80e6 || l.Directions[estimator.Down].Safe != 20e6 || l.Directions[estimator.Up].Bounds.Base != 10e6:
 		t.Errorf("directions = %+v", l.Directions)
@@ -59,7 +60,7 @@ func TestMinimalConfig(t *testing.T) {
 		t.Fatalf("parseConfig() failed: %v", err)
 	}
 	l := cfg.Links[0]
-	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != estimator.Auto || l.Replace {
+	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != probe.Auto || l.Replace {
 		t.Errorf("defaults not applied: %+v", l)
 	}
 	if cfg.StateFile == "" || cfg.MetricsListen == "" {
@@ -328,7 +329,7 @@ func TestConfigFillsWhatTheDaemonRuns(t *testing.T) {
 				t.Fatalf("parseConfig() failed: %v", err)
 			}
 			l := cfg.Links[0]
-			if len(l.Reflectors) < 2 || l.ActiveReflectors < 2 || l.ActiveReflectors > len(l.Reflectors) || l.ProbeRate != estimator.DefaultPoolRate {
+			if len(l.Reflectors) < 2 || l.ActiveReflectors < 2 || l.ActiveReflectors > len(l.Reflectors) || l.ProbeRate != probe.DefaultPoolRate {
 				t.Errorf("reflectors %v, active %d, rate %v: want the defaults", l.Reflectors, l.ActiveReflectors, l.ProbeRate)
 			}
 			for _, a := range l.Reflectors {
@@ -336,7 +337,7 @@ func TestConfigFillsWhatTheDaemonRuns(t *testing.T) {
 					t.Errorf("reflector %s is IPv6: method timestamp cannot probe it", a)
 				}
 			}
-			pc := estimator.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
+			pc := probe.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
 			if err := pc.Validate(); err != nil {
 				t.Errorf("the daemon's probe pool refuses what config check passed: %v", err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // Metric names. Rates are in bit/s, delays in seconds.
@@ -265,7 +266,7 @@ func (m *Metrics) SetState(link string, s controller.State) {
 // since the previous snapshot has its series deleted. The pool restarts a
 // reflector's counters when it rejoins the active set, so a counter below
 // the previous snapshot counts in full.
-func (m *Metrics) Reflectors(link string, stats estimator.PoolStats) {
+func (m *Metrics) Reflectors(link string, stats probe.PoolStats) {
 	if m == nil {
 		return
 	}

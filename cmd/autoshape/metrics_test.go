@@ -19,6 +19,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 )
 
 func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
@@ -320,8 +321,8 @@ func TestMetricsReflectors(t *testing.T) {
 	a := netip.MustParseAddr("192.0.2.1")
 	b := netip.MustParseAddr("198.51.100.7")
 	c := netip.MustParseAddr("2001:db8::1")
-	refl := func(addr netip.Addr, answered, lost uint64, baseline time.Duration) estimator.ReflectorStats {
-		return estimator.ReflectorStats{Addr: addr, Answered: answered, Lost: lost, Baseline: baseline}
+	refl := func(addr netip.Addr, answered, lost uint64, baseline time.Duration) probe.ReflectorStats {
+		return probe.ReflectorStats{Addr: addr, Answered: answered, Lost: lost, Baseline: baseline}
 	}
 	// Series are keyed "link/reflector".
 	type series struct {
@@ -333,16 +334,16 @@ func TestMetricsReflectors(t *testing.T) {
 	m, reg := newTestMetrics(t)
 	m.AddLink("wan")
 	// Another link probing the same reflector keeps its own series.
-	m.Reflectors("lte", estimator.PoolStats{Reflectors: []estimator.ReflectorStats{refl(b, 100, 50, time.Second)}})
+	m.Reflectors("lte", probe.PoolStats{Reflectors: []probe.ReflectorStats{refl(b, 100, 50, time.Second)}})
 
 	for _, tt := range []struct {
 		name string
-		snap []estimator.ReflectorStats
+		snap []probe.ReflectorStats
 		want series
 	}{
 		{
 			name: "first snapshot counts in full",
-			snap: []estimator.ReflectorStats{refl(a, 3, 1, 20*time.Millisecond), refl(b, 5, 0, 0)},
+			snap: []probe.ReflectorStats{refl(a, 3, 1, 20*time.Millisecond), refl(b, 5, 0, 0)},
 			want: series{
 				Answered: map[string]float64{wan(a): 3, wan(b): 5, lte: 100},
 				Lost:     map[string]float64{wan(a): 1, wan(b): 0, lte: 50},
@@ -351,7 +352,7 @@ func TestMetricsReflectors(t *testing.T) {
 		},
 		{
 			name: "differences added",
-			snap: []estimator.ReflectorStats{refl(a, 10, 2, 18*time.Millisecond), refl(b, 9, 4, 30*time.Millisecond)},
+			snap: []probe.ReflectorStats{refl(a, 10, 2, 18*time.Millisecond), refl(b, 9, 4, 30*time.Millisecond)},
 			want: series{
 				Answered: map[string]float64{wan(a): 10, wan(b): 9, lte: 100},
 				Lost:     map[string]float64{wan(a): 2, wan(b): 4, lte: 50},
@@ -360,7 +361,7 @@ func TestMetricsReflectors(t *testing.T) {
 		},
 		{
 			name: "no change",
-			snap: []estimator.ReflectorStats{refl(a, 10, 2, 18*time.Millisecond), refl(b, 9, 4, 30*time.Millisecond)},
+			snap: []probe.ReflectorStats{refl(a, 10, 2, 18*time.Millisecond), refl(b, 9, 4, 30*time.Millisecond)},
 			want: series{
 				Answered: map[string]float64{wan(a): 10, wan(b): 9, lte: 100},
 				Lost:     map[string]float64{wan(a): 2, wan(b): 4, lte: 50},
@@ -369,7 +370,7 @@ func TestMetricsReflectors(t *testing.T) {
 		},
 		{
 			name: "vanished reflector deleted, new one added",
-			snap: []estimator.ReflectorStats{refl(a, 12, 2, 18*time.Millisecond), refl(c, 1, 0, 25*time.Millisecond)},
+			snap: []probe.ReflectorStats{refl(a, 12, 2, 18*time.Millisecond), refl(c, 1, 0, 25*time.Millisecond)},
 			want: series{
 				Answered: map[string]float64{wan(a): 12, wan(c): 1, lte: 100},
 				Lost:     map[string]float64{wan(a): 2, wan(c): 0, lte: 50},
@@ -380,7 +381,7 @@ func TestMetricsReflectors(t *testing.T) {
 			// a left and rejoined between two snapshots: the pool restarted
 			// its counts.
 			name: "restarted counters count in full",
-			snap: []estimator.ReflectorStats{refl(a, 4, 1, 19*time.Millisecond), refl(c, 2, 0, 25*time.Millisecond)},
+			snap: []probe.ReflectorStats{refl(a, 4, 1, 19*time.Millisecond), refl(c, 2, 0, 25*time.Millisecond)},
 			want: series{
 				Answered: map[string]float64{wan(a): 16, wan(c): 2, lte: 100},
 				Lost:     map[string]float64{wan(a): 3, wan(c): 0, lte: 50},
@@ -389,7 +390,7 @@ func TestMetricsReflectors(t *testing.T) {
 		},
 		{
 			name: "returning reflector starts a fresh series",
-			snap: []estimator.ReflectorStats{refl(a, 5, 1, 19*time.Millisecond), refl(b, 2, 1, 0)},
+			snap: []probe.ReflectorStats{refl(a, 5, 1, 19*time.Millisecond), refl(b, 2, 1, 0)},
 			want: series{
 				Answered: map[string]float64{wan(a): 17, wan(b): 2, lte: 100},
 				Lost:     map[string]float64{wan(a): 3, wan(b): 1, lte: 50},
@@ -407,7 +408,7 @@ func TestMetricsReflectors(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m.Reflectors("wan", estimator.PoolStats{State: estimator.PoolProbing, Reflectors: tt.snap})
+			m.Reflectors("wan", probe.PoolStats{State: probe.PoolProbing, Reflectors: tt.snap})
 			got := series{
 				Answered: gathered(t, reg, metricReflectorAnswered),
 				Lost:     gathered(t, reg, metricReflectorLost),
@@ -429,7 +430,7 @@ func TestMetricsNilIsNoOp(t *testing.T) {
 	m.Observe("wan", estimator.Observation{Direction: estimator.Up, Bloat: true, Reflectors: 1}, 1e6)
 	m.Decision(controller.Decision{Link: "wan", Reason: policies.ReasonBloat})
 	m.SetState("wan", controller.Stall)
-	m.Reflectors("wan", estimator.PoolStats{Reflectors: []estimator.ReflectorStats{{Addr: netip.MustParseAddr("192.0.2.1"), Answered: 1}}})
+	m.Reflectors("wan", probe.PoolStats{Reflectors: []probe.ReflectorStats{{Addr: netip.MustParseAddr("192.0.2.1"), Answered: 1}}})
 }
 
 func TestMetricsServe(t *testing.T) {
@@ -536,7 +537,7 @@ func TestMetricsConcurrentLinks(t *testing.T) {
 					m.Decision(controller.Decision{Link: link, Direction: d, Reason: policies.ReasonProbe})
 				}
 				m.SetState(link, controller.State(i%3))
-				m.Reflectors(link, estimator.PoolStats{Reflectors: []estimator.ReflectorStats{
+				m.Reflectors(link, probe.PoolStats{Reflectors: []probe.ReflectorStats{
 					{Addr: netip.AddrFrom4([4]byte{192, 0, 2, byte(i % 5)}), Answered: uint64(i)},
 				}})
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // runCmd is `autoshape run -c FILE [--dry-run]`: the daemon.
@@ -249,7 +250,7 @@ type linkRunner struct {
 	mu    sync.Mutex
 	rates [2]float64 // last written, for the state file
 	link  *actuator.Link
-	pool  *estimator.Pool
+	pool  *probe.Pool
 }
 
 func newLinkRunner(l LinkConfig, dry bool, log *zap.Logger, m *Metrics, dec *controller.RecordFile) *linkRunner {
@@ -395,13 +396,13 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 	// Reflectors the last run had active go first.
 	reflectors := r.cfg.Reflectors
 	if len(reflectors) == 0 {
-		reflectors = estimator.DefaultReflectors
+		reflectors = probe.DefaultReflectors
 	}
 	reflectors = preferSaved(reflectors, saved.Reflectors)
 	forget := make(chan string, 16)
-	pool, err := estimator.NewPool(estimator.PoolConfig{
+	pool, err := probe.NewPool(probe.PoolConfig{
 		Reflectors: reflectors, Active: r.cfg.ActiveReflectors, Rate: r.cfg.ProbeRate, Method: r.cfg.Method,
-	}, estimator.NewTargetFactory(estimator.TargetOptions{Logger: r.log}), estimator.RealClock{}, r.log,
+	}, probe.NewTargetFactory(probe.TargetOptions{Logger: r.log}), probe.RealClock{}, r.log,
 		func(name string) {
 			select {
 			case forget <- name:

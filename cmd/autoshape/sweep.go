@@ -19,6 +19,7 @@ import (
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/probe"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -449,7 +450,7 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 	if lost {
 		// Answered unloaded, never under load: every probe was lost or
 		// late, so the step's delay is at least the probes' deadline.
-		lostMs := ms(estimator.DefaultPoolDeadline)
+		lostMs := ms(probe.DefaultPoolDeadline)
 		delays = []float64{lostMs}
 		s.log.Warn("every probe lost under load", zap.String("dir", d.String()),
 			zap.Float64("rate_kbit", float64(bps)/1000), zap.Float64("counted_as_ms", lostMs))
@@ -594,11 +595,11 @@ func sweepLink(ctx context.Context, l LinkConfig, p sweepPlan, load loadSource, 
 
 	reflectors := l.Reflectors
 	if len(reflectors) == 0 {
-		reflectors = estimator.DefaultReflectors
+		reflectors = probe.DefaultReflectors
 	}
-	pool, err := estimator.NewPool(estimator.PoolConfig{
+	pool, err := probe.NewPool(probe.PoolConfig{
 		Reflectors: reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method,
-	}, estimator.NewTargetFactory(estimator.TargetOptions{Logger: log}), estimator.RealClock{}, log, nil)
+	}, probe.NewTargetFactory(probe.TargetOptions{Logger: log}), probe.RealClock{}, log, nil)
 	if err != nil {
 		return sweepReport{}, err
 	}

@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
-	"github.com/autoshape/autoshape/estimator"
-	"github.com/autoshape/autoshape/lab"
-	"github.com/autoshape/autoshape/sim"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/sim"
 )
 
 // TestUsageErrors: bad flags exit with status 2 and a message naming the

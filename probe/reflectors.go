@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import "net/netip"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package estimator
+package probe
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -208,7 +209,7 @@ func labLogger(tb testing.TB) *zap.Logger {
 // checkAnswered checks that results are answered probes numbered from 0
 // in order, with n samples each of the given kinds, each delay within
 // (lo, hi).
-func checkAnswered(tb testing.TB, results []reported, min int, kinds []Kind, lo, hi time.Duration) {
+func checkAnswered(tb testing.TB, results []reported, min int, kinds []estimator.Kind, lo, hi time.Duration) {
 	tb.Helper()
 	// On a busy machine the very first probes of a new namespace may go
 	// unanswered; after them every probe must be.
@@ -279,7 +280,7 @@ func TestEchoAnswered(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run() = %v", err)
 			}
-			checkAnswered(t, got, 20, []Kind{RTT}, 0, 100*time.Millisecond)
+			checkAnswered(t, got, 20, []estimator.Kind{estimator.RTT}, 0, 100*time.Millisecond)
 			s := tg.Stats()
 			// A probe answered behind one still awaiting its answer when
 			// Run ended was counted, not reported.
@@ -326,7 +327,7 @@ func TestEchoDatagramSocket(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run() = %v", err)
 			}
-			checkAnswered(t, got, 15, []Kind{RTT}, 0, 100*time.Millisecond)
+			checkAnswered(t, got, 15, []estimator.Kind{estimator.RTT}, 0, 100*time.Millisecond)
 		})
 	}
 }
@@ -548,7 +549,7 @@ func TestEchoIgnoresForgedReply(t *testing.T) {
 			if f.forged.Load() == 0 {
 				t.Fatal("no forged reply was sent")
 			}
-			checkAnswered(t, got, 20, []Kind{RTT}, 0, 100*time.Millisecond)
+			checkAnswered(t, got, 20, []estimator.Kind{estimator.RTT}, 0, 100*time.Millisecond)
 			if s := tg.Stats(); (tt.wantStray && s.Stray == 0) || s.Duplicates != 0 || s.Lost > 3 {
 				t.Errorf("Stats() = %+v, want no duplicates, at most 3 lost at the start (and the forged replies counted as strays: %v)", s, tt.wantStray)
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package estimator
+package probe
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"golang.org/x/net/icmp"
@@ -440,7 +441,7 @@ func TestEchoMatching(t *testing.T) {
 					r := Result{Reflector: v.refl, Seq: i, Sent: sentAt[i], Lost: true}
 					if took, ok := tt.want[i]; ok {
 						r.Lost, r.N = false, 1
-						r.Samples[0] = Sample{Reflector: v.refl.String(), Kind: RTT, Sent: sentAt[i], Delay: took}
+						r.Samples[0] = estimator.Sample{Reflector: v.refl.String(), Kind: estimator.RTT, Sent: sentAt[i], Delay: took}
 					}
 					want = append(want, r)
 				}

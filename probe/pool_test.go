@@ -1,4 +1,4 @@
-package estimator_test
+package probe_test
 
 import (
 	"context"
@@ -21,10 +21,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // Reflectors of the tests: addresses of the documentation range, probed by
-// fake targets only. Tests never use estimator.DefaultReflectors.
+// fake targets only. Tests never use probe.DefaultReflectors.
 var (
 	refA = poolAddr(1)
 	refB = poolAddr(2)
@@ -85,7 +86,7 @@ type poolFakeNet struct {
 	runErr   map[netip.Addr]error
 	sent     map[netip.Addr]int
 	runs     map[netip.Addr]int
-	sinks    map[netip.Addr]func(estimator.Result)
+	sinks    map[netip.Addr]func(probe.Result)
 	starts   []poolFakeStart
 	running  int
 	deadline time.Duration
@@ -100,7 +101,7 @@ func newPoolFakeNet(clock *poolFakeClock) *poolFakeNet {
 		runErr:  make(map[netip.Addr]error),
 		sent:    make(map[netip.Addr]int),
 		runs:    make(map[netip.Addr]int),
-		sinks:   make(map[netip.Addr]func(estimator.Result)),
+		sinks:   make(map[netip.Addr]func(probe.Result)),
 	}
 }
 
@@ -113,7 +114,7 @@ func (n *poolFakeNet) set(r poolFakeReply, addrs ...netip.Addr) {
 	}
 }
 
-func (n *poolFakeNet) factory(addr netip.Addr, method estimator.Method, interval, deadline time.Duration) (estimator.Target, error) {
+func (n *poolFakeNet) factory(addr netip.Addr, method probe.Method, interval, deadline time.Duration) (probe.Target, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.makeErr[addr]; err != nil {
@@ -151,7 +152,7 @@ func (n *poolFakeNet) Runs(a netip.Addr) int {
 	return n.runs[a]
 }
 
-func (n *poolFakeNet) Sink(a netip.Addr) func(estimator.Result) {
+func (n *poolFakeNet) Sink(a netip.Addr) func(probe.Result) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.sinks[a]
@@ -167,12 +168,12 @@ type poolFakeTarget struct {
 	sent uint64
 }
 
-var _ estimator.Target = (*poolFakeTarget)(nil)
+var _ probe.Target = (*poolFakeTarget)(nil)
 
 // A Pool is what the controller pauses (controller.Prober).
-var _ interface{ SetIdle(bool) } = (*estimator.Pool)(nil)
+var _ interface{ SetIdle(bool) } = (*probe.Pool)(nil)
 
-func (t *poolFakeTarget) Run(ctx context.Context, sink func(estimator.Result)) error {
+func (t *poolFakeTarget) Run(ctx context.Context, sink func(probe.Result)) error {
 	n := t.net
 	n.mu.Lock()
 	n.runs[t.addr]++
@@ -206,7 +207,7 @@ func (t *poolFakeTarget) Run(ctx context.Context, sink func(estimator.Result)) e
 }
 
 // probe sends one probe at now and hands its fate to sink at once.
-func (t *poolFakeTarget) probe(now time.Time, sink func(estimator.Result)) {
+func (t *poolFakeTarget) probe(now time.Time, sink func(probe.Result)) {
 	n := t.net
 	n.mu.Lock()
 	n.sent[t.addr]++
@@ -215,7 +216,7 @@ func (t *poolFakeTarget) probe(now time.Time, sink func(estimator.Result)) {
 	t.mu.Lock()
 	t.seq++
 	t.sent++
-	r := estimator.Result{Reflector: t.addr, Seq: t.seq, Sent: now}
+	r := probe.Result{Reflector: t.addr, Seq: t.seq, Sent: now}
 	t.mu.Unlock()
 	rtt := rep.rtt
 	if rtt == 0 {
@@ -239,10 +240,10 @@ func (t *poolFakeTarget) probe(now time.Time, sink func(estimator.Result)) {
 	sink(r)
 }
 
-func (t *poolFakeTarget) Stats() estimator.TargetStats {
+func (t *poolFakeTarget) Stats() probe.TargetStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return estimator.TargetStats{Sent: t.sent}
+	return probe.TargetStats{Sent: t.sent}
 }
 
 // A poolHarness runs a Pool on fake targets and a fake clock inside a
@@ -250,7 +251,7 @@ func (t *poolFakeTarget) Stats() estimator.TargetStats {
 type poolHarness struct {
 	clock *poolFakeClock
 	net   *poolFakeNet
-	pool  *estimator.Pool
+	pool  *probe.Pool
 	out   chan estimator.Sample
 	logs  *observer.ObservedLogs
 
@@ -264,7 +265,7 @@ type poolHarness struct {
 // newPoolHarness makes a pool for cfg; setup (may be nil) prepares the fake
 // network before the pool starts. Call start to run it. It must be called
 // inside a synctest bubble.
-func newPoolHarness(t *testing.T, cfg estimator.PoolConfig, setup func(*poolFakeNet)) *poolHarness {
+func newPoolHarness(t *testing.T, cfg probe.PoolConfig, setup func(*poolFakeNet)) *poolHarness {
 	t.Helper()
 	h := &poolHarness{clock: newPoolFakeClock(synctest.Wait), out: make(chan estimator.Sample, 4096)}
 	h.net = newPoolFakeNet(h.clock)
@@ -273,7 +274,7 @@ func newPoolHarness(t *testing.T, cfg estimator.PoolConfig, setup func(*poolFake
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
-	p, err := estimator.NewPool(cfg, h.net.factory, h.clock, zap.New(core), func(name string) {
+	p, err := probe.NewPool(cfg, h.net.factory, h.clock, zap.New(core), func(name string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.forgot = append(h.forgot, name)
@@ -318,7 +319,7 @@ func (h *poolHarness) stop(t *testing.T) {
 	}
 }
 
-func startPoolHarness(t *testing.T, cfg estimator.PoolConfig, setup func(*poolFakeNet)) *poolHarness {
+func startPoolHarness(t *testing.T, cfg probe.PoolConfig, setup func(*poolFakeNet)) *poolHarness {
 	t.Helper()
 	h := newPoolHarness(t, cfg, setup)
 	h.start(t)
@@ -381,63 +382,63 @@ func TestPoolConfigValidate(t *testing.T) {
 	v6 := netip.MustParseAddr("2001:db8::1")
 	tests := []struct {
 		name    string
-		cfg     estimator.PoolConfig
+		cfg     probe.PoolConfig
 		wantErr string // a part of the error; "" for none
 	}{
-		{name: "zero takes defaults", cfg: estimator.PoolConfig{}},
-		{name: "timestamp on the default list takes its IPv4 part", cfg: estimator.PoolConfig{Method: estimator.Timestamp}},
-		{name: "one reflector", cfg: estimator.PoolConfig{Reflectors: poolAddrs(1)}},
-		{name: "two reflectors", cfg: estimator.PoolConfig{Reflectors: poolAddrs(2)}},
-		{name: "no rotation", cfg: estimator.PoolConfig{Rotate: estimator.NoRotation}},
-		{name: "mapped address is unmapped", cfg: estimator.PoolConfig{Reflectors: []netip.Addr{netip.MustParseAddr("::ffff:192.0.2.1"), refB}, Method: estimator.Timestamp}},
+		{name: "zero takes defaults", cfg: probe.PoolConfig{}},
+		{name: "timestamp on the default list takes its IPv4 part", cfg: probe.PoolConfig{Method: probe.Timestamp}},
+		{name: "one reflector", cfg: probe.PoolConfig{Reflectors: poolAddrs(1)}},
+		{name: "two reflectors", cfg: probe.PoolConfig{Reflectors: poolAddrs(2)}},
+		{name: "no rotation", cfg: probe.PoolConfig{Rotate: probe.NoRotation}},
+		{name: "mapped address is unmapped", cfg: probe.PoolConfig{Reflectors: []netip.Addr{netip.MustParseAddr("::ffff:192.0.2.1"), refB}, Method: probe.Timestamp}},
 		{
 			name:    "invalid address",
-			cfg:     estimator.PoolConfig{Reflectors: []netip.Addr{refA, {}}},
+			cfg:     probe.PoolConfig{Reflectors: []netip.Addr{refA, {}}},
 			wantErr: "PoolConfig.Reflectors[1] is not a valid address",
 		},
 		{
 			name:    "duplicate",
-			cfg:     estimator.PoolConfig{Reflectors: []netip.Addr{refA, refB, netip.MustParseAddr("::ffff:192.0.2.1")}},
+			cfg:     probe.PoolConfig{Reflectors: []netip.Addr{refA, refB, netip.MustParseAddr("::ffff:192.0.2.1")}},
 			wantErr: "PoolConfig.Reflectors[2] (192.0.2.1) repeats Reflectors[0]",
 		},
 		{
 			name:    "multicast",
-			cfg:     estimator.PoolConfig{Reflectors: []netip.Addr{refA, netip.MustParseAddr("224.0.0.1")}},
+			cfg:     probe.PoolConfig{Reflectors: []netip.Addr{refA, netip.MustParseAddr("224.0.0.1")}},
 			wantErr: "PoolConfig.Reflectors[1] (224.0.0.1) is not a unicast address",
 		},
 		{
 			name:    "unspecified",
-			cfg:     estimator.PoolConfig{Reflectors: []netip.Addr{netip.IPv6Unspecified(), refA}},
+			cfg:     probe.PoolConfig{Reflectors: []netip.Addr{netip.IPv6Unspecified(), refA}},
 			wantErr: "PoolConfig.Reflectors[0] (::) is not a unicast address",
 		},
 		{
 			name:    "timestamp to IPv6",
-			cfg:     estimator.PoolConfig{Reflectors: []netip.Addr{refA, v6}, Method: estimator.Timestamp},
+			cfg:     probe.PoolConfig{Reflectors: []netip.Addr{refA, v6}, Method: probe.Timestamp},
 			wantErr: "PoolConfig.Reflectors[1] (2001:db8::1) is IPv6",
 		},
-		{name: "unknown method", cfg: estimator.PoolConfig{Method: estimator.Method(7)}, wantErr: "PoolConfig.Method (method(7)) is unknown"},
-		{name: "one active of three", cfg: estimator.PoolConfig{Reflectors: poolAddrs(3), Active: 1}, wantErr: "PoolConfig.Active (1) must be between 2 and the number of Reflectors (3)"},
-		{name: "more active than reflectors", cfg: estimator.PoolConfig{Reflectors: poolAddrs(3), Active: 4}, wantErr: "PoolConfig.Active (4)"},
-		{name: "negative active", cfg: estimator.PoolConfig{Active: -1}, wantErr: "PoolConfig.Active (-1)"},
-		{name: "negative rate", cfg: estimator.PoolConfig{Rate: -1}, wantErr: "PoolConfig.Rate (-1) must be in (0, 1000]"},
-		{name: "NaN rate", cfg: estimator.PoolConfig{Rate: math.NaN()}, wantErr: "PoolConfig.Rate (NaN)"},
-		{name: "rate too high", cfg: estimator.PoolConfig{Rate: 5000}, wantErr: "PoolConfig.Rate (5000)"},
-		{name: "rate too low", cfg: estimator.PoolConfig{Rate: 0.05}, wantErr: "PoolConfig.Rate (0.05) is too low for 6 active reflectors"},
-		{name: "negative deadline", cfg: estimator.PoolConfig{Deadline: -time.Second}, wantErr: "PoolConfig.Deadline (-1s)"},
-		{name: "long deadline", cfg: estimator.PoolConfig{Deadline: time.Minute}, wantErr: "PoolConfig.Deadline (1m0s) must be in (0, 30s]"},
-		{name: "negative miss limit", cfg: estimator.PoolConfig{MissLimit: -1}, wantErr: "PoolConfig.MissLimit (-1)"},
-		{name: "baseline factor below 1", cfg: estimator.PoolConfig{BaselineFactor: 0.5}, wantErr: "PoolConfig.BaselineFactor (0.5) must be at least 1"},
-		{name: "NaN baseline factor", cfg: estimator.PoolConfig{BaselineFactor: math.NaN()}, wantErr: "PoolConfig.BaselineFactor (NaN)"},
-		{name: "negative baseline margin", cfg: estimator.PoolConfig{BaselineMargin: -time.Millisecond}, wantErr: "PoolConfig.BaselineMargin (-1ms)"},
-		{name: "negative check interval", cfg: estimator.PoolConfig{CheckEvery: -time.Second}, wantErr: "PoolConfig.CheckEvery (-1s)"},
-		{name: "rotation faster than checks", cfg: estimator.PoolConfig{Rotate: time.Second}, wantErr: "PoolConfig.Rotate (1s) must be at least CheckEvery (5s)"},
-		{name: "stall within one probe", cfg: estimator.PoolConfig{Rate: 2, Active: 2, StallAfter: 300 * time.Millisecond}, wantErr: "PoolConfig.StallAfter (300ms) must be longer than the time between two probes (1/Rate = 500ms)"},
-		{name: "negative cooldown", cfg: estimator.PoolConfig{Cooldown: -time.Second}, wantErr: "PoolConfig.Cooldown (-1s)"},
+		{name: "unknown method", cfg: probe.PoolConfig{Method: probe.Method(7)}, wantErr: "PoolConfig.Method (method(7)) is unknown"},
+		{name: "one active of three", cfg: probe.PoolConfig{Reflectors: poolAddrs(3), Active: 1}, wantErr: "PoolConfig.Active (1) must be between 2 and the number of Reflectors (3)"},
+		{name: "more active than reflectors", cfg: probe.PoolConfig{Reflectors: poolAddrs(3), Active: 4}, wantErr: "PoolConfig.Active (4)"},
+		{name: "negative active", cfg: probe.PoolConfig{Active: -1}, wantErr: "PoolConfig.Active (-1)"},
+		{name: "negative rate", cfg: probe.PoolConfig{Rate: -1}, wantErr: "PoolConfig.Rate (-1) must be in (0, 1000]"},
+		{name: "NaN rate", cfg: probe.PoolConfig{Rate: math.NaN()}, wantErr: "PoolConfig.Rate (NaN)"},
+		{name: "rate too high", cfg: probe.PoolConfig{Rate: 5000}, wantErr: "PoolConfig.Rate (5000)"},
+		{name: "rate too low", cfg: probe.PoolConfig{Rate: 0.05}, wantErr: "PoolConfig.Rate (0.05) is too low for 6 active reflectors"},
+		{name: "negative deadline", cfg: probe.PoolConfig{Deadline: -time.Second}, wantErr: "PoolConfig.Deadline (-1s)"},
+		{name: "long deadline", cfg: probe.PoolConfig{Deadline: time.Minute}, wantErr: "PoolConfig.Deadline (1m0s) must be in (0, 30s]"},
+		{name: "negative miss limit", cfg: probe.PoolConfig{MissLimit: -1}, wantErr: "PoolConfig.MissLimit (-1)"},
+		{name: "baseline factor below 1", cfg: probe.PoolConfig{BaselineFactor: 0.5}, wantErr: "PoolConfig.BaselineFactor (0.5) must be at least 1"},
+		{name: "NaN baseline factor", cfg: probe.PoolConfig{BaselineFactor: math.NaN()}, wantErr: "PoolConfig.BaselineFactor (NaN)"},
+		{name: "negative baseline margin", cfg: probe.PoolConfig{BaselineMargin: -time.Millisecond}, wantErr: "PoolConfig.BaselineMargin (-1ms)"},
+		{name: "negative check interval", cfg: probe.PoolConfig{CheckEvery: -time.Second}, wantErr: "PoolConfig.CheckEvery (-1s)"},
+		{name: "rotation faster than checks", cfg: probe.PoolConfig{Rotate: time.Second}, wantErr: "PoolConfig.Rotate (1s) must be at least CheckEvery (5s)"},
+		{name: "stall within one probe", cfg: probe.PoolConfig{Rate: 2, Active: 2, StallAfter: 300 * time.Millisecond}, wantErr: "PoolConfig.StallAfter (300ms) must be longer than the time between two probes (1/Rate = 500ms)"},
+		{name: "negative cooldown", cfg: probe.PoolConfig{Cooldown: -time.Second}, wantErr: "PoolConfig.Cooldown (-1s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.Validate()
-			_, newErr := estimator.NewPool(tt.cfg, newPoolFakeNet(nil).factory, nil, nil, nil)
+			_, newErr := probe.NewPool(tt.cfg, newPoolFakeNet(nil).factory, nil, nil, nil)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("Validate() = %v, want nil", err)
@@ -452,21 +453,21 @@ func TestPoolConfigValidate(t *testing.T) {
 }
 
 func TestNewPoolNeedsFactory(t *testing.T) {
-	if _, err := estimator.NewPool(estimator.PoolConfig{}, nil, nil, nil, nil); err == nil {
+	if _, err := probe.NewPool(probe.PoolConfig{}, nil, nil, nil, nil); err == nil {
 		t.Error("NewPool(nil factory) succeeded, want an error")
 	}
 }
 
 func TestPoolConfigDefaults(t *testing.T) {
-	p, err := estimator.NewPool(estimator.PoolConfig{}, newPoolFakeNet(nil).factory, nil, nil, nil)
+	p, err := probe.NewPool(probe.PoolConfig{}, newPoolFakeNet(nil).factory, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := estimator.PoolConfig{
-		Reflectors:     estimator.DefaultReflectors,
+	want := probe.PoolConfig{
+		Reflectors:     probe.DefaultReflectors,
 		Active:         6,
 		Rate:           40,
-		Method:         estimator.Echo,
+		Method:         probe.Echo,
 		Deadline:       time.Second,
 		MissLimit:      5,
 		BaselineFactor: 2,
@@ -479,17 +480,17 @@ func TestPoolConfigDefaults(t *testing.T) {
 	if diff := cmp.Diff(want, p.Config(), poolCmp); diff != "" {
 		t.Errorf("Config() mismatch (-want +got):\n%s", diff)
 	}
-	if got, want := p.Active(), estimator.DefaultReflectors[:6]; !slices.Equal(got, want) {
+	if got, want := p.Active(), probe.DefaultReflectors[:6]; !slices.Equal(got, want) {
 		t.Errorf("Active() = %v, want the first six defaults %v", got, want)
 	}
 
-	ts, err := estimator.NewPool(estimator.PoolConfig{Method: estimator.Timestamp}, newPoolFakeNet(nil).factory, nil, nil, nil)
+	ts, err := probe.NewPool(probe.PoolConfig{Method: probe.Timestamp}, newPoolFakeNet(nil).factory, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	refl := ts.Config().Reflectors
-	if len(refl) == 0 || len(refl) == len(estimator.DefaultReflectors) {
-		t.Errorf("timestamp pool has %d of %d default reflectors, want only the IPv4 ones", len(refl), len(estimator.DefaultReflectors))
+	if len(refl) == 0 || len(refl) == len(probe.DefaultReflectors) {
+		t.Errorf("timestamp pool has %d of %d default reflectors, want only the IPv4 ones", len(refl), len(probe.DefaultReflectors))
 	}
 	for _, a := range refl {
 		if !a.Is4() {
@@ -501,7 +502,7 @@ func TestPoolConfigDefaults(t *testing.T) {
 func TestDefaultReflectors(t *testing.T) {
 	seen := make(map[netip.Addr]bool)
 	var v4, v6 int
-	for _, a := range estimator.DefaultReflectors {
+	for _, a := range probe.DefaultReflectors {
 		if seen[a] || !a.IsValid() || !a.IsGlobalUnicast() || a.Is4In6() {
 			t.Errorf("bad or repeated default reflector %s", a)
 		}
@@ -512,12 +513,12 @@ func TestDefaultReflectors(t *testing.T) {
 			v6++
 		}
 	}
-	if v4 < estimator.DefaultPoolActive || v6 < 2 {
-		t.Errorf("%d IPv4 and %d IPv6 default reflectors, want at least %d and 2", v4, v6, estimator.DefaultPoolActive)
+	if v4 < probe.DefaultPoolActive || v6 < 2 {
+		t.Errorf("%d IPv4 and %d IPv6 default reflectors, want at least %d and 2", v4, v6, probe.DefaultPoolActive)
 	}
-	for i, a := range estimator.DefaultReflectors[:estimator.DefaultPoolActive] {
+	for i, a := range probe.DefaultReflectors[:probe.DefaultPoolActive] {
 		if !a.Is4() {
-			t.Errorf("default reflector %d (%s) is IPv6; the first %d must be IPv4", i, a, estimator.DefaultPoolActive)
+			t.Errorf("default reflector %d (%s) is IPv6; the first %d must be IPv4", i, a, probe.DefaultPoolActive)
 		}
 	}
 }
@@ -536,7 +537,7 @@ func TestPoolStaggeredStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d at %g per s", tt.active, tt.rate), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(tt.active + 2), Active: tt.active, Rate: tt.rate}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(tt.active + 2), Active: tt.active, Rate: tt.rate}
 				h := startPoolHarness(t, cfg, nil)
 				slot := time.Duration(float64(time.Second) / tt.rate)
 				interval := slot * time.Duration(tt.active)
@@ -569,7 +570,7 @@ func TestPoolSamples(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Rate 20 with three reflectors: turns at 0, 50 and 100ms, each
 		// reflector every 150ms.
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(4), Active: 3, Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(4), Active: 3, Rate: 20}
 		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 			n.set(poolFakeReply{rtt: 20 * time.Millisecond}, refA)
 			n.set(poolFakeReply{lost: true}, refB)
@@ -597,16 +598,16 @@ func TestPoolSamples(t *testing.T) {
 			t.Errorf("samples mismatch (-want +got):\n%s", diff)
 		}
 
-		wantStats := []estimator.ReflectorStats{
-			{Addr: refA, Since: poolT0, Answered: 7, Baseline: 20 * time.Millisecond, Method: estimator.Echo},
-			{Addr: refB, Since: poolT0.Add(50 * time.Millisecond), Lost: 7, Misses: 7, Method: estimator.Echo},
-			{Addr: refC, Since: poolT0.Add(100 * time.Millisecond), Answered: 7, Baseline: 30 * time.Millisecond, Method: estimator.Timestamp},
+		wantStats := []probe.ReflectorStats{
+			{Addr: refA, Since: poolT0, Answered: 7, Baseline: 20 * time.Millisecond, Method: probe.Echo},
+			{Addr: refB, Since: poolT0.Add(50 * time.Millisecond), Lost: 7, Misses: 7, Method: probe.Echo},
+			{Addr: refC, Since: poolT0.Add(100 * time.Millisecond), Answered: 7, Baseline: 30 * time.Millisecond, Method: probe.Timestamp},
 		}
 		st := h.pool.Stats()
 		if diff := cmp.Diff(wantStats, st.Reflectors, poolCmp); diff != "" {
 			t.Errorf("Stats().Reflectors mismatch (-want +got):\n%s", diff)
 		}
-		if st.Dropped != 0 || st.State != estimator.PoolProbing {
+		if st.Dropped != 0 || st.State != probe.PoolProbing {
 			t.Errorf("Stats() = dropped %d, state %v; want 0, probing", st.Dropped, st.State)
 		}
 
@@ -625,7 +626,7 @@ func TestPoolSamples(t *testing.T) {
 
 func TestPoolDropsWhenChannelFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newPoolHarness(t, estimator.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
+		h := newPoolHarness(t, probe.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
 		h.out = make(chan estimator.Sample, 3)
 		h.start(t)
 		// Nobody reads: 2 reflectors × 10 probes, 3 fit.
@@ -644,7 +645,7 @@ func TestPoolDropsWhenChannelFull(t *testing.T) {
 
 func TestPoolReplacesLostReflector(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(4), Active: 3, Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(4), Active: 3, Rate: 20}
 		h := startPoolHarness(t, cfg, nil)
 		h.clock.AdvanceTo(time.Second)
 		h.net.set(poolFakeReply{lost: true}, refB)
@@ -668,7 +669,7 @@ func TestPoolReplacesLostReflector(t *testing.T) {
 			t.Errorf("last start = %+v, want D at 5s", last)
 		}
 		st := h.pool.Stats()
-		if diff := cmp.Diff(estimator.Replacements{Lost: 1}, st.Replacements); diff != "" {
+		if diff := cmp.Diff(probe.Replacements{Lost: 1}, st.Replacements); diff != "" {
 			t.Errorf("Replacements mismatch (-want +got):\n%s", diff)
 		}
 		if !slices.Equal(st.Spares, []netip.Addr{refB}) {
@@ -707,7 +708,7 @@ func TestPoolReplacesLostReflector(t *testing.T) {
 
 func TestPoolReplacesHighBaseline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 4, Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(5), Active: 4, Rate: 20}
 		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 			n.set(poolFakeReply{rtt: 20 * time.Millisecond}, refA, refB, refD)
 			n.set(poolFakeReply{rtt: 30 * time.Millisecond}, refC)
@@ -719,7 +720,7 @@ func TestPoolReplacesHighBaseline(t *testing.T) {
 
 		// Not judged within its first minute (it started at 100ms).
 		h.clock.AdvanceTo(60 * time.Second)
-		if st := h.pool.Stats(); st.Replacements != (estimator.Replacements{}) {
+		if st := h.pool.Stats(); st.Replacements != (probe.Replacements{}) {
 			t.Fatalf("replaced before the warm-up ended: %+v", st.Replacements)
 		}
 		c := h.pool.Stats().Reflectors[2]
@@ -743,7 +744,7 @@ func TestPoolReplacesHighBaseline(t *testing.T) {
 		}
 		// The others are fine: nothing else happens.
 		h.clock.AdvanceTo(3 * time.Minute)
-		if got := h.pool.Stats().Replacements; got != (estimator.Replacements{Baseline: 1}) {
+		if got := h.pool.Stats().Replacements; got != (probe.Replacements{Baseline: 1}) {
 			t.Errorf("Replacements = %+v, want one for baseline", got)
 		}
 	})
@@ -751,7 +752,7 @@ func TestPoolReplacesHighBaseline(t *testing.T) {
 
 func TestPoolOneReplacementPerCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(6), Active: 4, Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(6), Active: 4, Rate: 20}
 		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 			n.set(poolFakeReply{lost: true}, refA, refB, refC)
 		})
@@ -802,7 +803,7 @@ func TestPoolKeepsTwoWithoutSpares(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}
 				h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 					n.set(poolFakeReply{lost: true}, tt.lost...)
 				})
@@ -810,7 +811,7 @@ func TestPoolKeepsTwoWithoutSpares(t *testing.T) {
 				if got, want := h.pool.Active(), []netip.Addr{refA, refB}; !slices.Equal(got, want) {
 					t.Errorf("Active() = %v, want %v", got, want)
 				}
-				if got := h.pool.Stats().Replacements; got != (estimator.Replacements{}) {
+				if got := h.pool.Stats().Replacements; got != (probe.Replacements{}) {
 					t.Errorf("Replacements = %+v, want none", got)
 				}
 				if got := h.logs.FilterMessage("no spare reflector: keeping a bad one").Len(); got != tt.wantKept {
@@ -826,7 +827,7 @@ func TestPoolKeepsTwoWithoutSpares(t *testing.T) {
 
 func TestPoolNoReplacementWhileStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20}
 		h := startPoolHarness(t, cfg, nil)
 		h.clock.AdvanceTo(10 * time.Second)
 		// The link goes down: every probe is lost.
@@ -856,11 +857,11 @@ func TestPoolFailedTarget(t *testing.T) {
 		makeErr   bool
 		// want after the check at 5s and B's next turn
 		wantActive []netip.Addr
-		wantReplac estimator.Replacements
+		wantReplac probe.Replacements
 		wantRunsB  int
 	}{
-		{name: "cannot make, spare", reflector: 3, makeErr: true, wantActive: []netip.Addr{refA, refC}, wantReplac: estimator.Replacements{Failed: 1}},
-		{name: "run fails, spare", reflector: 3, wantActive: []netip.Addr{refA, refC}, wantReplac: estimator.Replacements{Failed: 1}, wantRunsB: 1},
+		{name: "cannot make, spare", reflector: 3, makeErr: true, wantActive: []netip.Addr{refA, refC}, wantReplac: probe.Replacements{Failed: 1}},
+		{name: "run fails, spare", reflector: 3, wantActive: []netip.Addr{refA, refC}, wantReplac: probe.Replacements{Failed: 1}, wantRunsB: 1},
 		{name: "cannot make, no spare", reflector: 2, makeErr: true, wantActive: []netip.Addr{refA, refB}},
 		// Without a spare a dead target is started again at the check.
 		{name: "run fails, no spare", reflector: 2, wantActive: []netip.Addr{refA, refB}, wantRunsB: 2},
@@ -868,7 +869,7 @@ func TestPoolFailedTarget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(tt.reflector), Active: 2, Rate: 20}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(tt.reflector), Active: 2, Rate: 20}
 				h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 					if tt.makeErr {
 						n.makeErr[refB] = errNoSocket
@@ -910,12 +911,12 @@ func TestPoolRotation(t *testing.T) {
 				// C's turn comes at 3 min, but A and B are still cooling down.
 			},
 		},
-		{name: "off", rotate: estimator.NoRotation},
+		{name: "off", rotate: probe.NoRotation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20, Rotate: tt.rotate}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20, Rotate: tt.rotate}
 				h := startPoolHarness(t, cfg, nil)
 				h.clock.AdvanceTo(55 * time.Second)
 				if got := h.replacements(); len(got) != 0 {
@@ -944,7 +945,7 @@ func TestPoolRotation(t *testing.T) {
 
 func TestPoolStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(3), Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(3), Rate: 20}
 		h := startPoolHarness(t, cfg, nil)
 		h.clock.AdvanceTo(2 * time.Second)
 		if h.pool.Stalled() {
@@ -957,12 +958,12 @@ func TestPoolStall(t *testing.T) {
 			t.Error("Stalled() = true 1s after the last answer, want false until StallAfter has passed")
 		}
 		h.clock.AdvanceTo(3*time.Second + 50*time.Millisecond)
-		if !h.pool.Stalled() || h.pool.State() != estimator.PoolStalled {
+		if !h.pool.Stalled() || h.pool.State() != probe.PoolStalled {
 			t.Errorf("Stalled() = %v, State() = %v; want true, stalled", h.pool.Stalled(), h.pool.State())
 		}
 		h.net.set(poolFakeReply{}, refA, refB, refC)
 		h.clock.AdvanceTo(3*time.Second + 100*time.Millisecond)
-		if h.pool.Stalled() || h.pool.State() != estimator.PoolProbing {
+		if h.pool.Stalled() || h.pool.State() != probe.PoolProbing {
 			t.Errorf("after an answer Stalled() = %v, State() = %v; want false, probing", h.pool.Stalled(), h.pool.State())
 		}
 	})
@@ -970,7 +971,7 @@ func TestPoolStall(t *testing.T) {
 
 func TestPoolStallWithoutAnyAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}
 		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 			n.set(poolFakeReply{lost: true}, refA, refB)
 		})
@@ -988,7 +989,7 @@ func TestPoolStallWithoutAnyAnswer(t *testing.T) {
 
 func TestPoolIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(3), Rate: 20}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(3), Rate: 20}
 		h := startPoolHarness(t, cfg, nil)
 		h.clock.AdvanceTo(time.Second)
 
@@ -1006,10 +1007,10 @@ func TestPoolIdle(t *testing.T) {
 		if got := len(h.drain()); got != 0 {
 			t.Errorf("%d samples while idle", got)
 		}
-		if h.pool.Stalled() || h.pool.State() != estimator.PoolIdle {
+		if h.pool.Stalled() || h.pool.State() != probe.PoolIdle {
 			t.Errorf("idle: Stalled() = %v, State() = %v; want false, idle", h.pool.Stalled(), h.pool.State())
 		}
-		if got := h.pool.Stats().Replacements; got != (estimator.Replacements{}) {
+		if got := h.pool.Stats().Replacements; got != (probe.Replacements{}) {
 			t.Errorf("replaced while idle: %+v", got)
 		}
 
@@ -1035,7 +1036,7 @@ func TestPoolIdle(t *testing.T) {
 		if diff := cmp.Diff(want, starts[len(starts)-3:], poolCmp); diff != "" {
 			t.Errorf("restarts mismatch (-want +got):\n%s", diff)
 		}
-		if h.pool.Stalled() || h.pool.State() != estimator.PoolProbing {
+		if h.pool.Stalled() || h.pool.State() != probe.PoolProbing {
 			t.Errorf("after resuming: Stalled() = %v, State() = %v; want false, probing", h.pool.Stalled(), h.pool.State())
 		}
 		if got := len(h.drain()); got != 3 {
@@ -1054,7 +1055,7 @@ func TestPoolIdle(t *testing.T) {
 
 func TestPoolIdleBeforeRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newPoolHarness(t, estimator.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
+		h := newPoolHarness(t, probe.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
 		h.pool.SetIdle(true)
 		h.start(t)
 		h.clock.AdvanceTo(10 * time.Second)
@@ -1075,10 +1076,10 @@ func TestPoolIdleBeforeRun(t *testing.T) {
 
 func TestPoolRunStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newPoolHarness(t, estimator.PoolConfig{Reflectors: poolAddrs(3), Active: 2, Rate: 20}, func(n *poolFakeNet) {
+		h := newPoolHarness(t, probe.PoolConfig{Reflectors: poolAddrs(3), Active: 2, Rate: 20}, func(n *poolFakeNet) {
 			n.set(poolFakeReply{lost: true}, refB)
 		})
-		if h.pool.State() != estimator.PoolStopped || h.pool.Stalled() {
+		if h.pool.State() != probe.PoolStopped || h.pool.Stalled() {
 			t.Errorf("before Run: State() = %v, Stalled() = %v; want stopped, false", h.pool.State(), h.pool.Stalled())
 		}
 		if err := h.pool.Run(context.Background(), nil); err == nil {
@@ -1094,7 +1095,7 @@ func TestPoolRunStops(t *testing.T) {
 			t.Fatalf("%d targets running while C waits for its turn, want 1", got)
 		}
 		h.stop(t) // checks Run returned nil and no target runs
-		if h.pool.State() != estimator.PoolStopped || h.pool.Stalled() {
+		if h.pool.State() != probe.PoolStopped || h.pool.Stalled() {
 			t.Errorf("after Run: State() = %v, Stalled() = %v; want stopped, false", h.pool.State(), h.pool.Stalled())
 		}
 		// B left at the last check: onForget hears of it as Run ends.
@@ -1121,16 +1122,16 @@ func TestPoolRunStops(t *testing.T) {
 // that nothing it keeps can grow with the number of probes or losses.
 func TestPoolStateFlat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startPoolHarness(t, estimator.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
+		h := startPoolHarness(t, probe.PoolConfig{Reflectors: poolAddrs(2), Rate: 20}, nil)
 		sink := h.net.Sink(refA)
 		now := h.clock.Now()
-		lost := estimator.Result{Reflector: refA, Sent: now, Lost: true}
-		answered := estimator.Result{Reflector: refA, Sent: now, N: 1}
+		lost := probe.Result{Reflector: refA, Sent: now, Lost: true}
+		answered := probe.Result{Reflector: refA, Sent: now, N: 1}
 		answered.Samples[0] = estimator.Sample{Kind: estimator.RTT, Sent: now, Delay: 20 * time.Millisecond}
-		stamped := estimator.Result{Reflector: refA, Sent: now, N: 2}
+		stamped := probe.Result{Reflector: refA, Sent: now, N: 2}
 		stamped.Samples[0] = estimator.Sample{Kind: estimator.OWDUp, Sent: now, Delay: 10 * time.Millisecond}
 		stamped.Samples[1] = estimator.Sample{Kind: estimator.OWDDown, Sent: now, Delay: 10 * time.Millisecond}
-		for _, r := range []estimator.Result{lost, answered, stamped} {
+		for _, r := range []probe.Result{lost, answered, stamped} {
 			// The channel fills up and then drops: both paths are measured.
 			if got := testing.AllocsPerRun(10000, func() { sink(r) }); got != 0 {
 				t.Errorf("%d allocations per Result (lost: %v, samples: %d), want 0", int(got), r.Lost, r.N)
@@ -1164,7 +1165,7 @@ func TestPoolMemoryUnderLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(8), Active: 4, Rate: 8, Rotate: estimator.NoRotation}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(8), Active: 4, Rate: 8, Rotate: probe.NoRotation}
 				h := newPoolHarness(t, cfg, func(n *poolFakeNet) {
 					n.record = false
 					n.set(poolFakeReply{lost: true}, tt.lost...)
@@ -1230,7 +1231,7 @@ func TestPoolReplacesInconsistentReflector(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 4, Rate: 20, Method: estimator.Timestamp}
+				cfg := probe.PoolConfig{Reflectors: poolAddrs(5), Active: 4, Rate: 20, Method: probe.Timestamp}
 				h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 					n.set(poolFakeReply{timestamp: true, rtt: 40 * time.Millisecond}, refA, refB, refD)
 					n.set(tt.reply, refC)
@@ -1240,7 +1241,7 @@ func TestPoolReplacesInconsistentReflector(t *testing.T) {
 					t.Errorf("replacements at the first check (-want +got):\n%s", diff)
 				}
 				if tt.want != nil {
-					if got := h.pool.Stats().Replacements; got != (estimator.Replacements{Inconsistent: 1}) {
+					if got := h.pool.Stats().Replacements; got != (probe.Replacements{Inconsistent: 1}) {
 						t.Errorf("Replacements = %+v, want one inconsistent", got)
 					}
 				}
@@ -1254,7 +1255,7 @@ func TestPoolReplacesInconsistentReflector(t *testing.T) {
 // reflector, which tell of our clock.
 func TestPoolKeepsReflectorsOfAStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := estimator.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20, Method: estimator.Timestamp}
+		cfg := probe.PoolConfig{Reflectors: poolAddrs(5), Active: 3, Rate: 20, Method: probe.Timestamp}
 		h := startPoolHarness(t, cfg, func(n *poolFakeNet) {
 			n.set(poolFakeReply{timestamp: true}, refA, refB, refC)
 		})

@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"go.uber.org/zap"
 )
 
@@ -372,7 +373,7 @@ type Pool struct {
 	mu      sync.Mutex
 	running bool
 	runCtx  context.Context
-	out     chan<- Sample
+	out     chan<- estimator.Sample
 	// idle is what SetIdle asked for; probing is whether Run has targets
 	// started or scheduled.
 	idle, probing bool
@@ -412,7 +413,7 @@ type poolSlot struct {
 	// garbled counts the inconsistent answers in a row.
 	garbled    int
 	lastResult time.Time // newest send time of a result, or start
-	baseline   baseline
+	baseline   estimator.Baseline
 	method     Method
 	keptLogged bool // "no spare" was logged for it
 }
@@ -488,7 +489,7 @@ func (p *Pool) Config() PoolConfig {
 //
 // Run returns an error at once when the pool is already running or out is
 // nil.
-func (p *Pool) Run(ctx context.Context, out chan<- Sample) error {
+func (p *Pool) Run(ctx context.Context, out chan<- estimator.Sample) error {
 	if out == nil {
 		return errors.New("estimator: pool needs a sample channel")
 	}
@@ -674,9 +675,9 @@ func (p *Pool) deliver(i int, gen uint64, r Result) {
 	var rtts, ways int
 	for _, smp := range r.Samples[:n] {
 		switch smp.Kind {
-		case RTT:
+		case estimator.RTT:
 			rtt, rtts = smp.Delay, rtts+1
-		case OWDUp, OWDDown:
+		case estimator.OWDUp, estimator.OWDDown:
 			oneWay, ways = oneWay+smp.Delay, ways+1
 		}
 		smp.Reflector = s.name
@@ -691,10 +692,10 @@ func (p *Pool) deliver(i int, gen uint64, r Result) {
 	switch {
 	case rtts == 1:
 		s.method = Echo
-		s.baseline.update(rtt, r.Sent, poolRiseTau, poolFallWeight)
+		s.baseline.Update(rtt, r.Sent, poolRiseTau, poolFallWeight)
 	case ways == 2:
 		s.method = Timestamp
-		s.baseline.update(oneWay, r.Sent, poolRiseTau, poolFallWeight)
+		s.baseline.Update(oneWay, r.Sent, poolRiseTau, poolFallWeight)
 	}
 }
 
@@ -777,6 +778,7 @@ func (p *Pool) checkLocked(now time.Time) string {
 
 // judge says whether s must be replaced, and why.
 func (p *Pool) judge(s *poolSlot, now time.Time, median time.Duration, haveMedian bool) (ReplaceReason, bool) {
+	base, hasBase := s.baseline.Value()
 	switch {
 	case s.failed != nil:
 		return ReplaceFailed, true
@@ -788,14 +790,14 @@ func (p *Pool) judge(s *poolSlot, now time.Time, median time.Duration, haveMedia
 		return ReplaceLost, true // its Target reports nothing, not even losses
 	case s.garbled >= p.cfg.MissLimit:
 		return ReplaceInconsistent, true
-	case s.baseline.set && (s.baseline.value < -timestampSlack || s.baseline.value > p.cfg.Deadline+timestampSlack):
+	case hasBase && (base < -timestampSlack || base > p.cfg.Deadline+timestampSlack):
 		// A round trip below zero, or longer than any answer may take:
 		// one-way delays that add up to no round trip at all. (One far
 		// below the others' is possible, from a closer reflector; one far
 		// above is judged next.)
 		return ReplaceInconsistent, true
-	case haveMedian && s.baseline.set && now.Sub(s.since) >= poolWarmup &&
-		s.baseline.value > time.Duration(float64(median)*p.cfg.BaselineFactor)+p.cfg.BaselineMargin:
+	case haveMedian && hasBase && now.Sub(s.since) >= poolWarmup &&
+		base > time.Duration(float64(median)*p.cfg.BaselineFactor)+p.cfg.BaselineMargin:
 		return ReplaceBaseline, true
 	}
 	return 0, false
@@ -807,8 +809,8 @@ func (p *Pool) judge(s *poolSlot, now time.Time, median time.Duration, haveMedia
 func (p *Pool) medianBaseline() (time.Duration, bool) {
 	p.scratch = p.scratch[:0]
 	for i := range p.slots {
-		if b := p.slots[i].baseline; b.set {
-			p.scratch = append(p.scratch, b.value)
+		if b, ok := p.slots[i].baseline.Value(); ok {
+			p.scratch = append(p.scratch, b)
 		}
 	}
 	if len(p.scratch) < 2 {
@@ -845,8 +847,8 @@ func (p *Pool) replace(i, j int, reason ReplaceReason, now time.Time, median tim
 		zap.Uint64("inconsistent", s.inconsistent),
 		zap.Float64("active_s", now.Sub(s.since).Seconds()),
 	}
-	if s.baseline.set {
-		fields = append(fields, zap.Float64("baseline_ms", poolMillis(s.baseline.value)), zap.Float64("median_baseline_ms", poolMillis(median)))
+	if base, ok := s.baseline.Value(); ok {
+		fields = append(fields, zap.Float64("baseline_ms", poolMillis(base)), zap.Float64("median_baseline_ms", poolMillis(median)))
 	}
 	if s.failed != nil {
 		fields = append(fields, zap.Error(s.failed))
@@ -961,6 +963,7 @@ func (p *Pool) Stats() PoolStats {
 	}
 	for i := range p.slots {
 		s := &p.slots[i]
+		base, _ := s.baseline.Value()
 		st.Reflectors[i] = ReflectorStats{
 			Addr:         s.addr,
 			Since:        s.since,
@@ -968,7 +971,7 @@ func (p *Pool) Stats() PoolStats {
 			Lost:         s.lost,
 			Misses:       s.misses,
 			Inconsistent: s.inconsistent,
-			Baseline:     s.baseline.value,
+			Baseline:     base,
 			Method:       s.method,
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package estimator
+package probe
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"github.com/vishvananda/netns"
 )
 
@@ -71,7 +72,7 @@ func TestPoolOnRealSockets(t *testing.T) {
 		t.Fatalf("NewPool() failed: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	out := make(chan Sample, 64)
+	out := make(chan estimator.Sample, 64)
 	done := make(chan error, 1)
 	go func() { done <- pool.Run(ctx, out) }()
 	go func() {

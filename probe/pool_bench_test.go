@@ -1,6 +1,6 @@
 //go:build unix
 
-package estimator_test
+package probe_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/probe"
 )
 
 // benchPool runs a pool of active reflectors out of n on fake targets and a
@@ -18,7 +19,7 @@ import (
 // synctest bubble), with a goroutine draining its samples. It returns when
 // every active reflector's Target runs; stop ends the pool and checks that
 // it ended cleanly.
-func benchPool(b *testing.B, n, active int, setup func(*poolFakeNet)) (clock *poolFakeClock, net *poolFakeNet, p *estimator.Pool, stop func()) {
+func benchPool(b *testing.B, n, active int, setup func(*poolFakeNet)) (clock *poolFakeClock, net *poolFakeNet, p *probe.Pool, stop func()) {
 	b.Helper()
 	clock = newPoolFakeClock(nil)
 	net = newPoolFakeNet(clock)
@@ -26,8 +27,8 @@ func benchPool(b *testing.B, n, active int, setup func(*poolFakeNet)) (clock *po
 	if setup != nil {
 		setup(net)
 	}
-	cfg := estimator.PoolConfig{Reflectors: poolAddrs(n), Active: active, Rate: 20}
-	p, err := estimator.NewPool(cfg, net.factory, clock, nil, nil)
+	cfg := probe.PoolConfig{Reflectors: poolAddrs(n), Active: active, Rate: 20}
+	p, err := probe.NewPool(cfg, net.factory, clock, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,20 +82,20 @@ func cpuTime(b *testing.B) time.Duration {
 // channel that a goroutine drains.
 func BenchmarkPoolResults(b *testing.B) {
 	now := poolT0
-	echo := estimator.Result{Sent: now, N: 1}
+	echo := probe.Result{Sent: now, N: 1}
 	echo.Samples[0] = estimator.Sample{Kind: estimator.RTT, Sent: now, Delay: 20 * time.Millisecond}
-	stamp := estimator.Result{Sent: now, N: 2}
+	stamp := probe.Result{Sent: now, N: 2}
 	stamp.Samples[0] = estimator.Sample{Kind: estimator.OWDUp, Sent: now, Delay: 10 * time.Millisecond}
 	stamp.Samples[1] = estimator.Sample{Kind: estimator.OWDDown, Sent: now, Delay: 10 * time.Millisecond}
-	lost := estimator.Result{Sent: now, Lost: true}
+	lost := probe.Result{Sent: now, Lost: true}
 	for _, bb := range []struct {
 		name string
-		r    estimator.Result
+		r    probe.Result
 	}{{"echo", echo}, {"timestamp", stamp}, {"lost", lost}} {
 		b.Run(bb.name, func(b *testing.B) {
 			_, net, _, stop := benchPool(b, 8, 6, nil)
 			defer stop()
-			var sinks []func(estimator.Result)
+			var sinks []func(probe.Result)
 			for _, a := range poolAddrs(6) {
 				sinks = append(sinks, net.Sink(a))
 			}

@@ -1,16 +1,16 @@
-package estimator_test
+package probe_test
 
 import (
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/probe"
 )
 
-var _ estimator.Clock = (*poolFakeClock)(nil)
+var _ probe.Clock = (*poolFakeClock)(nil)
 
-// A poolFakeClock is an estimator.Clock whose time moves only in Advance. Its
+// A poolFakeClock is an probe.Clock whose time moves only in Advance. Its
 // tickers deliver every tick, each one handed over (the send blocks until
 // the ticker's owner takes it or stops the ticker), in time order, and after
 // each tick settle (if set) lets the goroutines that took it finish their

@@ -1,10 +1,11 @@
-package estimator
+package probe
 
 import (
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"golang.org/x/net/bpf"
@@ -224,9 +225,9 @@ func TestTimestampMatching(t *testing.T) {
 	answer := func(t0 time.Time, seq int, up, down time.Duration) Result {
 		return Result{
 			Reflector: refl, Seq: seq, Sent: t0, N: 2,
-			Samples: [2]Sample{
-				{Reflector: "10.77.0.2", Kind: OWDUp, Sent: t0, Delay: up},
-				{Reflector: "10.77.0.2", Kind: OWDDown, Sent: t0, Delay: down},
+			Samples: [2]estimator.Sample{
+				{Reflector: "10.77.0.2", Kind: estimator.OWDUp, Sent: t0, Delay: up},
+				{Reflector: "10.77.0.2", Kind: estimator.OWDDown, Sent: t0, Delay: down},
 			},
 		}
 	}

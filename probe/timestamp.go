@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"go.uber.org/zap"
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/icmp"
@@ -173,7 +174,7 @@ func oneWayDelays(m timestampMsg, arrival uint32) (up, down time.Duration) {
 // clock offset, modulo a day) add up to the round trip rtt, within
 // timestampSlack.
 func consistent(up, down, rtt time.Duration) bool {
-	return absDur(foldDay(up+down-rtt)) <= timestampSlack
+	return (estimator.FoldDay(up + down - rtt)).Abs() <= timestampSlack
 }
 
 // A timestampTarget probes one IPv4 reflector with ICMP timestamp requests.
@@ -382,8 +383,8 @@ func (t *timestampTarget) receive(b []byte, from netip.Addr, arrival time.Time) 
 		t.w.reject(p)
 		return
 	}
-	t.w.addSample(p, OWDUp, up)
-	t.w.addSample(p, OWDDown, down)
+	t.w.addSample(p, estimator.OWDUp, up)
+	t.w.addSample(p, estimator.OWDDown, down)
 }
 
 // listenTimestamp opens a raw ICMP socket in the network namespace of the

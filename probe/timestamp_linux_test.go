@@ -1,11 +1,13 @@
 //go:build linux
 
-package estimator
+package probe
 
 import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/autoshape/autoshape/estimator"
 )
 
 // Root tests of the timestamp target and the Auto method, in the namespace
@@ -21,7 +23,7 @@ func TestTimestampAnswered(t *testing.T) {
 	}
 	// One clock on both sides, 1 ms resolution: each way takes 0 or 1 ms,
 	// more only when the machine is busy.
-	checkAnswered(t, got, 20, []Kind{OWDUp, OWDDown}, -time.Millisecond, 50*time.Millisecond)
+	checkAnswered(t, got, 20, []estimator.Kind{estimator.OWDUp, estimator.OWDDown}, -time.Millisecond, 50*time.Millisecond)
 	for _, r := range got {
 		if rtt := r.Samples[0].Delay + r.Samples[1].Delay; rtt > 50*time.Millisecond {
 			t.Errorf("probe %d: up %v + down %v = %v, want a round trip of a few ms", r.Seq, r.Samples[0].Delay, r.Samples[1].Delay, rtt)
@@ -58,7 +60,7 @@ func TestTimestampTargetsShareAReflector(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("target %d: Run() = %v", i, errs[i])
 		}
-		checkAnswered(t, results[i], 20, []Kind{OWDUp, OWDDown}, -time.Millisecond, 50*time.Millisecond)
+		checkAnswered(t, results[i], 20, []estimator.Kind{estimator.OWDUp, estimator.OWDDown}, -time.Millisecond, 50*time.Millisecond)
 		if s := tg.Stats(); s.Stray > n-1 || s.Lost != 0 {
 			t.Errorf("target %d: Stats() = %+v, want at most %d stray, none lost", i, s, n-1)
 		}
@@ -129,7 +131,7 @@ func TestAuto(t *testing.T) {
 				t.Errorf("Stats().Method = %v, want %v (stats %+v)", s.Method, tt.wantMethod, s)
 			}
 			if !tt.dropTimestamps {
-				checkAnswered(t, got, 20, []Kind{OWDUp, OWDDown}, -time.Millisecond, 50*time.Millisecond)
+				checkAnswered(t, got, 20, []estimator.Kind{estimator.OWDUp, estimator.OWDDown}, -time.Millisecond, 50*time.Millisecond)
 				return
 			}
 			// Five timestamp probes lost, then echo, numbered on.
@@ -139,7 +141,7 @@ func TestAuto(t *testing.T) {
 			checkLost(t, got[:DefaultAutoMisses], DefaultAutoMisses, deadline)
 			echo := got[DefaultAutoMisses:]
 			for i, r := range echo {
-				if r.Lost || r.N != 1 || r.Samples[0].Kind != RTT {
+				if r.Lost || r.N != 1 || r.Samples[0].Kind != estimator.RTT {
 					t.Fatalf("result %d after the switch: %+v, want an echo answer", i, r.Result)
 				}
 				if i > 0 && r.Seq != echo[i-1].Seq+1 {

@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"go.uber.org/zap"
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/icmp"
@@ -291,7 +292,7 @@ func (e *echoTarget) receive(b []byte, from netip.Addr, arrival time.Time) {
 	}
 	rtt := arrival.Sub(p.sent) // monotonic: no clock step moves it
 	if e.w.accept(p, rtt) {
-		e.w.addSample(p, RTT, rtt)
+		e.w.addSample(p, estimator.RTT, rtt)
 	}
 }
 

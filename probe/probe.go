@@ -1,4 +1,10 @@
-package estimator
+// Package probe owns the probe sockets: it sends ICMP echo and ICMP
+// timestamp requests to a pool of reflectors, matches the answers by peer,
+// id, sequence and payload, and hands the delays on as estimator.Samples.
+// The Pool keeps a set of active reflectors, replaces the ones that fail,
+// stop answering or contradict themselves, and idles with the link; each
+// Target probes one reflector. Time comes from an injected Clock.
+package probe
 
 import (
 	"context"
@@ -6,6 +12,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/autoshape/autoshape/estimator"
 )
 
 // A Method is how a reflector is probed.
@@ -63,7 +71,7 @@ type Result struct {
 	// stepped while the probe was out, or a reflector that sends garbage).
 	Inconsistent bool
 	// Samples holds N valid samples (N is 0 when lost or inconsistent).
-	Samples [2]Sample
+	Samples [2]estimator.Sample
 	N       int
 }
 

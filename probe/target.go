@@ -1,4 +1,4 @@
-package estimator
+package probe
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autoshape/autoshape/estimator"
 	"go.uber.org/zap"
 	"golang.org/x/net/icmp"
 )
@@ -303,7 +304,7 @@ type probe struct {
 	// inconsistent marks an answer that contradicted itself.
 	inconsistent bool
 	n            int
-	samples      [2]Sample
+	samples      [2]estimator.Sample
 }
 
 // A window remembers a target's latest probes in a ring of fixed capacity,
@@ -414,8 +415,8 @@ func (w *window) reject(p *probe) {
 }
 
 // addSample adds a sample of kind and delay to p, just accepted.
-func (w *window) addSample(p *probe, kind Kind, delay time.Duration) {
-	p.samples[p.n] = Sample{Reflector: w.reflector, Kind: kind, Sent: p.sent, Delay: delay}
+func (w *window) addSample(p *probe, kind estimator.Kind, delay time.Duration) {
+	p.samples[p.n] = estimator.Sample{Reflector: w.reflector, Kind: kind, Sent: p.sent, Delay: delay}
 	p.n++
 }
 
