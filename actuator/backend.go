@@ -110,3 +110,13 @@ type backend interface {
 	// deletes no other root.
 	Remove(ifindex uint32) error
 }
+
+// MinRate returns the lowest rate, in bit/s, that backend b's shaper takes:
+// HTB's tick arithmetic needs 8 kbit/s; CAKE needs 1 byte/s (0 would leave
+// it unlimited).
+func (b Backend) MinRate() float64 {
+	if b == HTB {
+		return minHTBRate
+	}
+	return 8
+}

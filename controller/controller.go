@@ -154,11 +154,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// MaxRate is the highest rate, in bit/s, that bounds may name: far above
-// any link, and low enough that every whole bit/s up to it is exact in a
-// float64 and fits the shapers' 64-bit rates.
-const MaxRate = 1 << 53
-
 // ValidateBounds checks 0 < min <= base <= max <= MaxRate and that a whole
 // bit/s lies in [min, max]: the controller writes whole kbit/s where one
 // lies in the bounds and whole bit/s where none does, and never a rate

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 )
 
 // PacketBytes is the size of one Mahimahi delivery opportunity.
@@ -32,8 +32,8 @@ const (
 	// simulator's 48 h.
 	MaxScheduleTime = 24 * time.Hour
 	// maxOpportunitiesPerMs is the most delivery opportunities one
-	// millisecond may hold: actuator.MaxRate (10 Tbit/s).
-	maxOpportunitiesPerMs = int64(actuator.MaxRate) / 8 / 1000 / PacketBytes
+	// millisecond may hold: controller.MaxRate (10 Tbit/s).
+	maxOpportunitiesPerMs = int64(controller.MaxRate) / 8 / 1000 / PacketBytes
 )
 
 // A Trace is a link's capacity over time, at millisecond resolution: either a
@@ -149,14 +149,14 @@ func ParseMahimahi(name string, r io.Reader) (*Trace, error) {
 // ParseSchedule parses "20mbit" (constant) or steps such as
 // "40mbit@0s,10mbit@30s,40mbit@60s". Steps start at 0s, increase in time up
 // to MaxScheduleTime, and the last rate must be positive; rates are at most
-// actuator.MaxRate.
+// controller.MaxRate.
 func ParseSchedule(s string) (*Trace, error) {
 	parts := strings.Split(s, ",")
 	var steps []Step
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		rateStr, atStr, hasAt := strings.Cut(p, "@")
-		rate, err := actuator.ParseRate(rateStr)
+		rate, err := controller.ParseRate(rateStr)
 		if err != nil {
 			return nil, fmt.Errorf("schedule step %d (%q): %w", i+1, p, err)
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -138,8 +138,8 @@ func TestTraceFigures(t *testing.T) {
 		mustMahimahi(t, fmt.Sprintf("1\n%d\n", sim.MaxPeriod.Milliseconds())),
 	} {
 		for _, d := range []time.Duration{time.Second, sim.MaxPeriod, 48 * time.Hour} {
-			if m := tr.MeanRate(d); !(m > 0 && m <= actuator.MaxRate) {
-				t.Errorf("%.20s: mean over %v = %v bit/s, want in (0, %v]", tr.Name, d, m, actuator.MaxRate)
+			if m := tr.MeanRate(d); !(m > 0 && m <= controller.MaxRate) {
+				t.Errorf("%.20s: mean over %v = %v bit/s, want in (0, %v]", tr.Name, d, m, controller.MaxRate)
 			}
 		}
 	}
@@ -364,13 +364,13 @@ func TestEmbeddedTraces(t *testing.T) {
 // recorded trace) of at most MaxPeriod, or steps from 0s to MaxScheduleTime
 // (a schedule); capacity that never runs backwards; and a mean rate over
 // any run from 1 ms to 48 h that is finite, positive and at most
-// actuator.MaxRate.
+// controller.MaxRate.
 func checkTrace(t *testing.T, tr *sim.Trace) {
 	t.Helper()
 	if tr.IsSchedule() {
 		steps := tr.Steps()
 		for i, s := range steps {
-			if math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > actuator.MaxRate || s.At < 0 || s.At > sim.MaxScheduleTime || (i > 0 && s.At <= steps[i-1].At) || (i == 0 && s.At != 0) {
+			if math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > controller.MaxRate || s.At < 0 || s.At > sim.MaxScheduleTime || (i > 0 && s.At <= steps[i-1].At) || (i == 0 && s.At != 0) {
 				t.Fatalf("step %d of %v is out of bounds or order", i, steps)
 			}
 		}
@@ -394,8 +394,8 @@ func checkTrace(t *testing.T, tr *sim.Trace) {
 			continue
 		}
 		m := tr.MeanRate(time.Duration(ms) * time.Millisecond)
-		if math.IsNaN(m) || m < 0 || m > actuator.MaxRate*(1+1e-9) {
-			t.Fatalf("mean over %d ms = %v bit/s: want in [0, %v]", ms, m, actuator.MaxRate)
+		if math.IsNaN(m) || m < 0 || m > controller.MaxRate*(1+1e-9) {
+			t.Fatalf("mean over %d ms = %v bit/s: want in [0, %v]", ms, m, controller.MaxRate)
 		}
 	}
 	if m := tr.MeanRate(48 * time.Hour); !(m > 0) {

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 )
 
 // calcResult is the JSON shape of `autoshape calc --json`.
@@ -95,13 +96,13 @@ func calc(args []string, stdout, stderr io.Writer) error {
 	eff := float64(payload) / wire
 	var res calcResult
 	if *rate != "" {
-		r, err := actuator.ParseRate(*rate)
+		r, err := controller.ParseRate(*rate)
 		if err != nil || r <= 0 {
 			return usagef("--rate: %v", orPositive(err))
 		}
 		res.GrossKbit, res.GoodputKbit = r/1000, r/1000*eff
 	} else {
-		g, err := actuator.ParseRate(*goodput)
+		g, err := controller.ParseRate(*goodput)
 		if err != nil || g <= 0 {
 			return usagef("--goodput: %v", orPositive(err))
 		}

@@ -493,7 +493,7 @@ func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, err
 			}
 			continue
 		}
-		r, err := actuator.ParseRate(v.val)
+		r, err := controller.ParseRate(v.val)
 		if err != nil {
 			return dc, keyErr(key, "%v", err)
 		}
@@ -503,7 +503,7 @@ func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, err
 	b := dc.Bounds
 	switch {
 	case b.Min < d.min:
-		return dc, fmt.Errorf("%s is below %s, %s", text["min"], actuator.FormatRate(d.min), d.why)
+		return dc, fmt.Errorf("%s is below %s, %s", text["min"], controller.FormatRate(d.min), d.why)
 	case b.Min > b.Max:
 		return dc, fmt.Errorf("%s > %s", text["min"], text["max"])
 	case b.Base < b.Min:

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
 )
@@ -378,7 +379,7 @@ func configText(t *testing.T, cfg Config) string {
 		if bps == 0 {
 			return ""
 		}
-		return actuator.FormatRate(bps)
+		return controller.FormatRate(bps)
 	}
 	for _, l := range cfg.Links {
 		mode := "setup"
@@ -432,9 +433,9 @@ func FuzzConfig(f *testing.F) {
 			}
 			for d, dc := range l.Directions {
 				b := dc.Bounds
-				if !(floor <= b.Min && b.Min <= b.Base && b.Base <= b.Max && b.Max <= actuator.MaxRate) ||
+				if !(floor <= b.Min && b.Min <= b.Base && b.Base <= b.Max && b.Max <= controller.MaxRate) ||
 					math.Ceil(b.Min/1000)*1000 > b.Max || (dc.Safe != 0 && (dc.Safe < b.Min || dc.Safe > b.Max)) {
-					t.Fatalf("link %d direction %d: bounds %+v, safe %v: want %v <= min <= base <= max <= %v, a whole kbit/s between min and max, safe between them", i, d, b, dc.Safe, floor, actuator.MaxRate)
+					t.Fatalf("link %d direction %d: bounds %+v, safe %v: want %v <= min <= base <= max <= %v, a whole kbit/s between min and max, safe between them", i, d, b, dc.Safe, floor, controller.MaxRate)
 				}
 			}
 			if l.Budget < minBudget || l.Budget > maxBudget || len(l.Reflectors) == 0 ||

@@ -10,7 +10,6 @@ import (
 	"os"
 	"sort"
 
-	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/sim"
 )
@@ -178,9 +177,9 @@ var (
 	// slightly negative, below a baseline.
 	delayRange  = plotRange{-1e6, 1e6, "ms"}
 	budgetRange = plotRange{0, 1e6, "ms"}
-	// Rates: up to actuator.MaxRate.
-	kbitRange = plotRange{0, actuator.MaxRate / 1e3, "kbit/s"}
-	mbitRange = plotRange{0, actuator.MaxRate / 1e6, "Mbit/s"}
+	// Rates: up to controller.MaxRate.
+	kbitRange = plotRange{0, controller.MaxRate / 1e3, "kbit/s"}
+	mbitRange = plotRange{0, controller.MaxRate / 1e6, "Mbit/s"}
 	// Time from a run's start: about three years.
 	timeRange = plotRange{0, 1e8, "s"}
 )

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 )
 
 // shape sets up static shaping on an interface once, or removes it.
@@ -71,7 +72,7 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		if r.val == "" {
 			return usagef("%s is required", r.flag)
 		}
-		bps, err := actuator.ParseRate(r.val)
+		bps, err := controller.ParseRate(r.val)
 		if err != nil {
 			return usagef("%s: %v", r.flag, err)
 		}
@@ -92,7 +93,7 @@ func shape(args []string, stdout, stderr io.Writer) error {
 	}
 	defer l.Close()
 	fmt.Fprintf(stdout, "shaping %s: up %s on %s, down %s on %s (%s)\n", *iface,
-		actuator.FormatRate(float64(cfg.Up)), *iface, actuator.FormatRate(float64(cfg.Down)), ifbName(*iface, *ifb), backend)
+		controller.FormatRate(float64(cfg.Up)), *iface, controller.FormatRate(float64(cfg.Down)), ifbName(*iface, *ifb), backend)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
@@ -170,7 +170,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 				if v.val == "" {
 					continue
 				}
-				r, err := actuator.ParseRate(v.val)
+				r, err := controller.ParseRate(v.val)
 				if err != nil {
 					return usagef("--config %s: bounds.%s.%s: %v", *cfgFile, dir, v.key, err)
 				}

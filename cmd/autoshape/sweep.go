@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
 	"github.com/autoshape/autoshape/sim"
@@ -214,7 +215,7 @@ func newSweepPlan(direction, lineDown, lineUp string, from, to, step float64, ho
 		if s == "" {
 			return p, fmt.Errorf("%s is required to sweep %s", flagName, d)
 		}
-		r, err := actuator.ParseRate(s)
+		r, err := controller.ParseRate(s)
 		if err != nil {
 			return p, fmt.Errorf("%s: %w", flagName, err)
 		}
@@ -233,7 +234,7 @@ func newSweepPlan(direction, lineDown, lineUp string, from, to, step float64, ho
 			flagName = "--line-rate-up"
 		}
 		if low := math.Round(p.LineRate[d] * p.Fractions[0]); low < minRate {
-			return p, fmt.Errorf("--from %v of %s %s is %s: below %s, the lowest rate the link's shaper takes", from, flagName, actuator.FormatRate(p.LineRate[d]), actuator.FormatRate(low), actuator.FormatRate(minRate))
+			return p, fmt.Errorf("--from %v of %s %s is %s: below %s, the lowest rate the link's shaper takes", from, flagName, controller.FormatRate(p.LineRate[d]), controller.FormatRate(low), controller.FormatRate(minRate))
 		}
 	}
 	if hold < time.Second {
@@ -350,7 +351,7 @@ func (s *sweeper) direction(ctx context.Context, p sweepPlan, d estimator.Direct
 				zap.Float64("fraction", st.Fraction), zap.Float64("rate_kbit", st.RateKbit), zap.Error(err))
 			try = st
 			if err = s.step(ctx, p, d, uint64(rate), &try); err != nil {
-				err = fmt.Errorf("%w (the step at %s was retried once)", err, actuator.FormatRate(rate))
+				err = fmt.Errorf("%w (the step at %s was retried once)", err, controller.FormatRate(rate))
 			}
 		}
 		if err != nil {
@@ -370,7 +371,7 @@ func (s *sweeper) direction(ctx context.Context, p sweepPlan, d estimator.Direct
 // then the load for Hold, measured after Settle.
 func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, bps uint64, st *sweepStep) error {
 	if _, err := s.shapers[d].SetRate(ctx, bps); err != nil {
-		return fmt.Errorf("set the %s shaper to %s: %w", d, actuator.FormatRate(float64(bps)), err)
+		return fmt.Errorf("set the %s shaper to %s: %w", d, controller.FormatRate(float64(bps)), err)
 	}
 	unloaded := 0
 	if err := s.collect(ctx, p.Pause, func(x estimator.Sample) {
@@ -445,7 +446,7 @@ func (s *sweeper) step(ctx context.Context, p sweepPlan, d estimator.Direction, 
 	}
 	lost := len(delays) == 0
 	if lost && unloaded == 0 {
-		return fmt.Errorf("no probe answers during the %s step at %s: check the reflectors", d, actuator.FormatRate(float64(bps)))
+		return fmt.Errorf("no probe answers during the %s step at %s: check the reflectors", d, controller.FormatRate(float64(bps)))
 	}
 	if lost {
 		// Answered unloaded, never under load: every probe was lost or

@@ -1,13 +1,12 @@
-package actuator_test
+package controller_test
 
 import (
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/autoshape/autoshape/controller"
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/autoshape/autoshape/actuator"
 )
 
 func TestParseRate(t *testing.T) {
@@ -49,7 +48,7 @@ func TestParseRate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := actuator.ParseRate(tt.in)
+			got, err := controller.ParseRate(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("ParseRate(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.wantErr)
@@ -66,17 +65,6 @@ func TestParseRate(t *testing.T) {
 				t.Errorf("ParseRate(%q) = %v: a negative zero prints as \"-0\"", tt.in, got)
 			}
 		})
-	}
-}
-
-func TestBackendMinRate(t *testing.T) {
-	for _, tt := range []struct {
-		b    actuator.Backend
-		want float64
-	}{{actuator.HTB, 8000}, {actuator.CAKE, 8}} {
-		if got := tt.b.MinRate(); got != tt.want {
-			t.Errorf("%s.MinRate() = %v, want %v", tt.b, got, tt.want)
-		}
 	}
 }
 
@@ -97,12 +85,12 @@ func TestFormatRate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			got := actuator.FormatRate(tt.bps)
+			got := controller.FormatRate(tt.bps)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("FormatRate(%v) mismatch (-want +got):\n%s", tt.bps, diff)
 			}
 			// What FormatRate prints, ParseRate reads back.
-			back, err := actuator.ParseRate(got)
+			back, err := controller.ParseRate(got)
 			if err != nil {
 				t.Fatalf("ParseRate(%q) failed: %v", got, err)
 			}
@@ -120,19 +108,19 @@ func FuzzParseRate(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		r, err := actuator.ParseRate(s)
+		r, err := controller.ParseRate(s)
 		if err != nil {
 			if r != 0 {
 				t.Errorf("ParseRate(%q) = %v with error %v: want 0", s, r, err)
 			}
 			return
 		}
-		if math.IsNaN(r) || r < 0 || r > actuator.MaxRate || math.Signbit(r) {
-			t.Fatalf("ParseRate(%q) = %v: want a finite rate from 0 to %v", s, r, actuator.MaxRate)
+		if math.IsNaN(r) || r < 0 || r > controller.MaxRate || math.Signbit(r) {
+			t.Fatalf("ParseRate(%q) = %v: want a finite rate from 0 to %v", s, r, controller.MaxRate)
 		}
-		back, err := actuator.ParseRate(actuator.FormatRate(r))
+		back, err := controller.ParseRate(controller.FormatRate(r))
 		if err != nil {
-			t.Fatalf("ParseRate(FormatRate(%v) = %q) failed: %v", r, actuator.FormatRate(r), err)
+			t.Fatalf("ParseRate(FormatRate(%v) = %q) failed: %v", r, controller.FormatRate(r), err)
 		}
 		if math.Abs(back-r) > 1e-12*r {
 			t.Errorf("ParseRate(FormatRate(%v)) = %v", r, back)

@@ -1,4 +1,4 @@
-package actuator
+package controller
 
 import (
 	"fmt"
@@ -7,10 +7,11 @@ import (
 	"strings"
 )
 
-// MaxRate is the highest rate ParseRate accepts, in bit/s: 10 Tbit/s, above
-// the fastest interface (1.6 Tbit/s Ethernet) by a wide margin, and low
-// enough that every rate is a whole number of bit/s exactly in a float64
-// (below 2^53) and that a day of traffic at it, in bytes, fits an int64.
+// MaxRate is the highest rate ParseRate accepts and bounds may name, in
+// bit/s: 10 Tbit/s, above the fastest interface (1.6 Tbit/s Ethernet) by a
+// wide margin, and low enough that every rate is a whole number of bit/s
+// exactly in a float64 (below 2^53) and that a day of traffic at it, in
+// bytes, fits an int64.
 const MaxRate = 10e12
 
 // ParseRate parses a rate such as "850kbit", "20mbit", "1.5gbit" or a plain
@@ -65,14 +66,4 @@ func FormatRate(bps float64) string {
 		return strconv.FormatFloat(bps/1e3, 'f', -1, 64) + "kbit"
 	}
 	return strconv.FormatFloat(bps, 'f', -1, 64) + "bit"
-}
-
-// MinRate returns the lowest rate, in bit/s, that backend b's shaper takes:
-// HTB's tick arithmetic needs 8 kbit/s; CAKE needs 1 byte/s (0 would leave
-// it unlimited).
-func (b Backend) MinRate() float64 {
-	if b == HTB {
-		return minHTBRate
-	}
-	return 8
 }
