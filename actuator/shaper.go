@@ -1,7 +1,8 @@
 // Package actuator owns every write autoshape makes to the kernel's traffic
 // control: one Shaper per direction changes the shaper's rate and reads its
-// statistics. The controller reaches the kernel only through the Shaper
-// interface; Fake stands in for it in tests and in the simulator's place.
+// statistics. It knows nothing of the controller, which defines the Shaper
+// it writes through; whoever wires the two adapts one to the other. Fake
+// stands in for a Shaper in tests.
 package actuator
 
 import (
@@ -54,7 +55,7 @@ type TinStats struct {
 	UnresponsiveFlows              uint32
 }
 
-// A Change says what SetRate did, for the decision log.
+// A Change says what SetRate did.
 type Change struct {
 	// Iface is the interface whose shaper was set; Kind its qdisc's kind.
 	Iface, Kind string

@@ -1,9 +1,9 @@
 // Package controller owns the control loop of one link: every tick it reads the
 // shapers' counters, asks the estimator for an Observation per direction, asks
 // the direction's policy for a rate, enforces the bounds and the idle and stall
-// rules, writes the rate through the actuator and records a Decision for every
-// change. Time is injected: Tick takes the current time, and Run takes a Clock,
-// so the simulator drives exactly this code with a fake clock.
+// rules, writes the rate through its Shaper and records a Decision for every
+// change. Time is injected: Tick takes the current time, so the simulator
+// drives exactly this code with a fake clock.
 package controller
 
 import (
@@ -13,7 +13,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 )
@@ -62,12 +61,15 @@ type DirectionConfig struct {
 	Safe float64
 }
 
+// DefaultTick is the control interval when Config.Tick is zero.
+const DefaultTick = 50 * time.Millisecond
+
 // Config tunes a Controller. Zero durations and ratios take the defaults
 // named on each field.
 type Config struct {
 	// Link names the link in decisions and logs.
 	Link string
-	// Tick is the control interval, default 50ms.
+	// Tick is the control interval, default DefaultTick.
 	Tick time.Duration
 	// Directions holds the bounds per direction, indexed by
 	// estimator.Direction.
@@ -91,7 +93,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Tick == 0 {
-		c.Tick = 50 * time.Millisecond
+		c.Tick = DefaultTick
 	}
 	if c.IdleLoad == 0 {
 		c.IdleLoad = 0.05
@@ -197,12 +199,11 @@ func quantise(b policies.Bounds, r float64) float64 {
 }
 
 // A Controller runs the control loop of one link. It is not safe for
-// concurrent use: Run serialises samples and ticks, and the simulator calls
-// AddSample and Tick from one goroutine.
+// concurrent use: its caller serialises AddSample and Tick.
 type Controller struct {
 	cfg      Config
 	est      *estimator.Estimator
-	shapers  [2]actuator.Shaper
+	shapers  [2]Shaper
 	policies [2]policies.Policy
 	prober   Prober
 
@@ -226,7 +227,7 @@ type Controller struct {
 
 // New builds a Controller. A nil shaper leaves that direction uncontrolled
 // (its policy may then be nil too). prober may be nil.
-func New(cfg Config, est *estimator.Estimator, shapers [2]actuator.Shaper, pols [2]policies.Policy, prober Prober) (*Controller, error) {
+func New(cfg Config, est *estimator.Estimator, shapers [2]Shaper, pols [2]policies.Policy, prober Prober) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -267,7 +268,7 @@ func (c *Controller) Restore(rates [2]float64) {
 // Reattach swaps the shapers (after the interface came back, or the qdisc
 // was made again) and makes the next tick write its rate, whatever the new
 // shapers hold.
-func (c *Controller) Reattach(shapers [2]actuator.Shaper) {
+func (c *Controller) Reattach(shapers [2]Shaper) {
 	for _, d := range estimator.Directions {
 		if (shapers[d] == nil) != (c.shapers[d] == nil) {
 			continue // a direction cannot appear or vanish
@@ -516,53 +517,4 @@ func gradual(r policies.Reason) bool {
 		return true
 	}
 	return false
-}
-
-// A Clock gives the time and a ticker; Run uses it so tests can drive time.
-type Clock interface {
-	Now() time.Time
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-// RealClock is the wall clock.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// NewTicker returns a time.Ticker's channel and its Stop.
-func (RealClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
-
-// Run ticks until ctx is cancelled, feeding samples from the channel to the
-// estimator between ticks and handing every decision to record (which may be
-// nil). Shaper errors are handed to onErr (nil ignores them) and do not stop
-// the loop. Cancellation returns nil.
-func (c *Controller) Run(ctx context.Context, clock Clock, samples <-chan estimator.Sample, record func(Decision), onErr func(error)) error {
-	ticks, stop := clock.NewTicker(c.cfg.Tick)
-	defer stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case s, ok := <-samples:
-			if !ok {
-				samples = nil
-				continue
-			}
-			c.AddSample(s)
-		case <-ticks:
-			decs, err := c.Tick(ctx, clock.Now())
-			if err != nil && onErr != nil {
-				onErr(err)
-			}
-			if record != nil {
-				for _, d := range decs {
-					record(d)
-				}
-			}
-		}
-	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -115,7 +114,7 @@ func (p *recProber) got() []bool {
 type rig struct {
 	t       *testing.T
 	ctrl    *controller.Controller
-	shapers [2]*actuator.Fake
+	shapers [2]*fakeShaper
 	pols    [2]*scriptPolicy
 	prober  *recProber
 	now     time.Time
@@ -131,13 +130,13 @@ func newRig(t *testing.T, cfg controller.Config) *rig {
 		t.Fatalf("failed to create estimator: %v", err)
 	}
 	r := &rig{t: t, prober: &recProber{}, now: t0}
-	var shs [2]actuator.Shaper
+	var shs [2]controller.Shaper
 	var pols [2]policies.Policy
 	for _, d := range estimator.Directions {
 		if cfg.Directions[d].Bounds == (policies.Bounds{}) {
 			continue
 		}
-		r.shapers[d] = &actuator.Fake{}
+		r.shapers[d] = &fakeShaper{}
 		r.pols[d] = &scriptPolicy{}
 		shs[d] = r.shapers[d]
 		pols[d] = r.pols[d]
@@ -167,7 +166,7 @@ func (r *rig) advance(dt time.Duration, load [2]float64) {
 			continue
 		}
 		r.bytes[d] += uint64(math.Round(load[d] * r.ctrl.Rate(d) * dt.Seconds() / 8))
-		st := actuator.Stats{Bytes: r.bytes[d]}
+		st := controller.ShaperStats{Bytes: r.bytes[d]}
 		r.shapers[d].SetStats(st)
 	}
 }
@@ -409,14 +408,14 @@ func TestDeadband(t *testing.T) {
 // taken over): the observation has none.
 func TestFrozenEstimateIgnored(t *testing.T) {
 	r := newRig(t, twoWay())
-	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 1000, Packets: 1, CapacityEstimate: 9_000_000})
+	r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: 1000, Packets: 1, CapacityEstimate: 9_000_000})
 	r.sample()
 	r.tick()
 	if got := r.ctrl.Observation(estimator.Down).CapacityEstimate; got != 0 {
 		t.Errorf("capacity estimate %v from a CAKE without autorate-ingress, want none", got)
 	}
 	r.now = r.now.Add(step)
-	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 2000, Packets: 2, CapacityEstimate: 9_000_000, AutorateIngress: true})
+	r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: 2000, Packets: 2, CapacityEstimate: 9_000_000, AutorateIngress: true})
 	r.sample()
 	r.tick()
 	if got := r.ctrl.Observation(estimator.Down).CapacityEstimate; got != 9e6 {
@@ -436,9 +435,9 @@ func TestCountersMakeLoad(t *testing.T) {
 	// dropped 10 packets of its mean 1250 bytes and holds 12 500 bytes: 87 500
 	// bytes reached it, 7 Mbit/s offered.
 	r.now = r.now.Add(step)
-	r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: 62_500, Packets: 50, Drops: 10, Backlog: 12_500,
+	r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: 62_500, Packets: 50, Drops: 10, Backlog: 12_500,
 		CapacityEstimate: 9_000_000, AutorateIngress: true})
-	r.shapers[estimator.Up].SetStats(actuator.Stats{Bytes: 25_000})
+	r.shapers[estimator.Up].SetStats(controller.ShaperStats{Bytes: 25_000})
 	r.sample()
 	r.tick()
 
@@ -808,9 +807,9 @@ func TestNilShaperIsSkipped(t *testing.T) {
 	}
 	var cfg controller.Config
 	cfg.Directions[estimator.Down].Bounds = downBounds
-	down := &actuator.Fake{}
+	down := &fakeShaper{}
 	downPol, upPol := &scriptPolicy{}, &scriptPolicy{}
-	ctrl, err := controller.New(cfg, est, [2]actuator.Shaper{down, nil}, [2]policies.Policy{downPol, upPol}, nil)
+	ctrl, err := controller.New(cfg, est, [2]controller.Shaper{down, nil}, [2]policies.Policy{downPol, upPol}, nil)
 	if err != nil {
 		t.Fatalf("New() failed: %v", err)
 	}
@@ -907,10 +906,10 @@ func TestNewErrors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var shs [2]actuator.Shaper
+			var shs [2]controller.Shaper
 			var pols [2]policies.Policy
 			if !tt.noShaper {
-				shs[estimator.Down] = &actuator.Fake{}
+				shs[estimator.Down] = &fakeShaper{}
 			}
 			if !tt.noPolicy {
 				pols[estimator.Down] = &scriptPolicy{}
@@ -974,7 +973,7 @@ func TestDecisionMarshalLogObject(t *testing.T) {
 					Delta: 22500 * time.Microsecond, Threshold: 16 * time.Millisecond, Bloat: true,
 					Achieved: 8.5e6, Load: 0.85, CapacityEstimate: 9.5e6, Reflectors: 3,
 				},
-				Change: actuator.Change{Iface: "ifb4wan", Kind: "cake", From: 10e6, To: 9e6, Wrote: true},
+				Change: controller.Change{Iface: "ifb4wan", Kind: "cake", Wrote: true},
 			},
 			want: map[string]any{
 				"time": t0, "link": "wan", "dir": "down",
@@ -1011,140 +1010,6 @@ func TestDecisionMarshalLogObject(t *testing.T) {
 	}
 }
 
-// A fakeClock ticks when the test sends on ticks; Now is the instant the
-// test set.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	ticks   chan time.Time
-	period  time.Duration
-	stopped bool
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.period = d
-	return c.ticks, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.stopped = true
-	}
-}
-
-// tick sets the time and delivers one tick.
-func (c *fakeClock) tick(now time.Time) {
-	c.mu.Lock()
-	c.now = now
-	c.mu.Unlock()
-	c.ticks <- now
-}
-
-func TestRun(t *testing.T) {
-	est, err := estimator.New(estimator.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg controller.Config
-	cfg.Tick = 20 * time.Millisecond
-	cfg.Directions[estimator.Down].Bounds = downBounds
-	shaper := &actuator.Fake{}
-	pol := &scriptPolicy{}
-	ctrl, err := controller.New(cfg, est, [2]actuator.Shaper{shaper}, [2]policies.Policy{pol}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	clock := &fakeClock{ticks: make(chan time.Time)}
-	samples := make(chan estimator.Sample)
-	decisions := make(chan controller.Decision, 16)
-	errs := make(chan error, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- ctrl.Run(ctx, clock, samples, func(d controller.Decision) { decisions <- d }, func(err error) { errs <- err })
-	}()
-
-	// recv fails the test instead of hanging when Run never delivers.
-	recv := func() controller.Decision {
-		t.Helper()
-		select {
-		case d := <-decisions:
-			return d
-		case <-time.After(10 * time.Second):
-			t.Fatal("no decision from Run")
-		}
-		return controller.Decision{}
-	}
-
-	// First tick: the start decision.
-	clock.tick(t0)
-	d := recv()
-	if d.Reason != policies.ReasonStart || d.To != 10e6 || !d.Time.Equal(t0) {
-		t.Errorf("first decision = %+v at %v, want start at 10e6 at %v", changes([]controller.Decision{d}), d.Time, t0)
-	}
-
-	// A sample between ticks reaches the estimator before the next tick.
-	sent := t0.Add(10 * time.Millisecond)
-	samples <- estimator.Sample{Reflector: "r1", Kind: estimator.OWDDown, Sent: sent, Delay: 5 * time.Millisecond}
-	pol.push(12e6)
-	clock.tick(t0.Add(20 * time.Millisecond))
-	d = recv()
-	if d.To != 12e6 || d.Obs.Reflectors != 1 || !d.Obs.LastSample.Equal(sent) {
-		t.Errorf("second decision: to %v, %d reflectors, last sample %v; want 12e6, 1, %v", d.To, d.Obs.Reflectors, d.Obs.LastSample, sent)
-	}
-
-	// Shaper errors go to onErr and do not stop the loop.
-	boom := errors.New("boom")
-	shaper.SetErr(boom)
-	pol.push(14e6)
-	clock.tick(t0.Add(40 * time.Millisecond))
-	select {
-	case err := <-errs:
-		if !errors.Is(err, boom) {
-			t.Errorf("onErr got %v, want one wrapping %v", err, boom)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no error from Run")
-	}
-	shaper.SetErr(nil)
-	pol.push(14e6)
-	clock.tick(t0.Add(60 * time.Millisecond))
-	if d := recv(); d.To != 14e6 {
-		t.Errorf("decision after the error cleared: to %v, want 14e6", d.To)
-	}
-
-	// A closed sample channel does not stop the loop either.
-	close(samples)
-	pol.push(15e6)
-	clock.tick(t0.Add(80 * time.Millisecond))
-	if d := recv(); d.To != 15e6 {
-		t.Errorf("decision after samples closed: to %v, want 15e6", d.To)
-	}
-
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run() after cancel = %v, want nil", err)
-	}
-	clock.mu.Lock()
-	defer clock.mu.Unlock()
-	if clock.period != cfg.Tick {
-		t.Errorf("ticker period = %v, want %v", clock.period, cfg.Tick)
-	}
-	if !clock.stopped {
-		t.Errorf("ticker not stopped when Run returned")
-	}
-	if len(decisions) != 0 || len(errs) != 0 {
-		t.Errorf("unexpected extra decisions (%d) or errors (%d)", len(decisions), len(errs))
-	}
-}
-
 func TestRestoreAndReattach(t *testing.T) {
 	est, err := estimator.New(estimator.Config{})
 	if err != nil {
@@ -1152,8 +1017,8 @@ func TestRestoreAndReattach(t *testing.T) {
 	}
 	var cfg controller.Config
 	cfg.Directions[estimator.Down].Bounds = policies.Bounds{Min: 1e6, Base: 10e6, Max: 20e6}
-	first := &actuator.Fake{}
-	c, err := controller.New(cfg, est, [2]actuator.Shaper{first, nil}, [2]policies.Policy{holdPolicy{}, nil}, nil)
+	first := &fakeShaper{}
+	c, err := controller.New(cfg, est, [2]controller.Shaper{first, nil}, [2]policies.Policy{holdPolicy{}, nil}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1168,8 +1033,8 @@ func TestRestoreAndReattach(t *testing.T) {
 	if got := first.Rate(); got != 20e6 {
 		t.Errorf("first shaper rate = %v, want the restored 20e6", got)
 	}
-	second := &actuator.Fake{}
-	c.Reattach([2]actuator.Shaper{second, nil})
+	second := &fakeShaper{}
+	c.Reattach([2]controller.Shaper{second, nil})
 	decs, err := c.Tick(ctx, time.Unix(1001, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -1381,7 +1246,7 @@ func TestCounterResetIsNotAWrap(t *testing.T) {
 	cfg.Directions[estimator.Down].Bounds = downBounds
 	r := newRig(t, cfg)
 	for _, b := range []uint64{3<<30 - 62_500, 3 << 30, 5_000, 67_500} {
-		r.shapers[estimator.Down].SetStats(actuator.Stats{Bytes: b})
+		r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: b})
 		r.sample()
 		r.tick()
 		if got := r.ctrl.Observation(estimator.Down).Achieved; got > downBounds.Max {

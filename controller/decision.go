@@ -5,8 +5,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/autoshape/autoshape/actuator"
-
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 )
@@ -25,9 +23,9 @@ type Decision struct {
 	// Clamped is true when the policy's rate was cut to the bounds.
 	Clamped bool
 	Obs     estimator.Observation
-	// Change is what the actuator did: the interface, the qdisc, and whether
+	// Change is what the shaper did: the interface, the qdisc, and whether
 	// anything was written.
-	Change actuator.Change
+	Change Change
 	// Reflectors are the per-reflector deltas behind Obs.Delta.
 	Reflectors []estimator.ReflectorDelta
 }

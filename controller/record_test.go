@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -32,7 +31,7 @@ func TestWriteRecord(t *testing.T) {
 			Delta: 22500 * time.Microsecond, Threshold: 16 * time.Millisecond, Bloat: true,
 			Achieved: 8.5e6, Load: 0.85, CapacityEstimate: 9.5e6, Reflectors: 3,
 		},
-		Change:     actuator.Change{Iface: "ifb4wan", Kind: "cake", From: 10e6, To: 9e6, Wrote: true},
+		Change:     controller.Change{Iface: "ifb4wan", Kind: "cake", Wrote: true},
 		Reflectors: []estimator.ReflectorDelta{{Reflector: "192.0.2.1", Delta: 2500 * time.Microsecond}, {Reflector: "192.0.2.2", Delta: 30 * time.Millisecond}},
 	}
 	var buf bytes.Buffer

@@ -18,8 +18,8 @@ const (
 	// MaxOverhead is the largest Config.Overhead accepted, as for tc-cake.
 	MaxOverhead = 256
 
-	// maxSerialisation keeps the threshold's float-to-Duration conversion in
-	// range for absurdly low shaper rates.
+	// maxSerialisation keeps the serialisation time's float-to-Duration
+	// conversion in range for absurdly low shaper rates.
 	maxSerialisation = time.Hour
 )
 
@@ -42,9 +42,9 @@ type Config struct {
 	// MTU is the size in bytes of a full-size IP packet.
 	MTU int
 	// Overhead is the link-layer bytes added to each packet, between 0 and
-	// MaxOverhead. It only lengthens the serialisation time in the threshold;
-	// a negative overhead (compensating for headers the counter includes)
-	// is not accepted: leave it at 0 instead.
+	// MaxOverhead. It only lengthens Observation.Serialisation (and so the
+	// threshold); a negative overhead (compensating for headers the counter
+	// includes) is not accepted: leave it at 0 instead.
 	Overhead int
 	// Window is how many of the newest per-sample deltas of a direction the
 	// bloat detector looks at, between 1 and MaxWindow.
@@ -126,19 +126,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// threshold returns the delay above which a sample counts as delayed at the
-// given shaper rate (bit/s): the budget plus the time one full-size packet
-// takes on the wire. An unknown rate (<= 0 or NaN) gives the budget alone.
-func (c Config) threshold(rate float64) time.Duration {
+// serialisation returns the time one full-size packet, with its link-layer
+// overhead, takes on the wire at the given shaper rate (bit/s); 0 for an
+// unknown rate (<= 0 or NaN).
+func (c Config) serialisation(rate float64) time.Duration {
 	if !(rate > 0) {
-		return c.Budget
+		return 0
 	}
 	bits := float64(c.MTU+c.Overhead) * 8
 	ser := math.Round(bits * float64(time.Second) / rate)
 	if ser > float64(maxSerialisation) {
 		ser = float64(maxSerialisation)
 	}
-	return c.Budget + time.Duration(ser)
+	return time.Duration(ser)
 }
 
 // An Estimator turns delay samples, shaper byte counters and CAKE's capacity
@@ -516,7 +516,7 @@ func (e *Estimator) Observe(now time.Time, rates [2]float64) [2]Observation {
 		o := Observation{
 			Time:             now,
 			Direction:        d,
-			Threshold:        e.cfg.threshold(rates[d]),
+			Serialisation:    e.cfg.serialisation(rates[d]),
 			Achieved:         ds.meter.rate,
 			Offered:          ds.offeredRate(),
 			ShaperRate:       rates[d],
@@ -525,6 +525,7 @@ func (e *Estimator) Observe(now time.Time, rates [2]float64) [2]Observation {
 			Backlog:          ds.backlog,
 			LastSample:       ds.last,
 		}
+		o.Threshold = e.cfg.Budget + o.Serialisation
 		o.Delta, o.Reflectors = e.combined(d, cutoff)
 		if ds.seen && !ds.last.Before(cutoff) {
 			blame := loads[d] >= e.cfg.LoadedAt || loads[d] >= loads[d.Other()]

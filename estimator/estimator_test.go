@@ -383,45 +383,45 @@ func TestBaselineJump(t *testing.T) {
 func TestBloat(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
-		name          string
-		cfg           estimator.Config
-		rate          float64
-		deltas        []time.Duration // one OWDDown sample each after a baseline sample
-		observeLater  time.Duration   // observe this long after the last sample
-		wantThreshold time.Duration
-		wantBloat     bool
+		name         string
+		cfg          estimator.Config
+		rate         float64
+		deltas       []time.Duration // one OWDDown sample each after a baseline sample
+		observeLater time.Duration   // observe this long after the last sample
+		wantSer      time.Duration   // Serialisation; the threshold is the budget plus it
+		wantBloat    bool
 	}{
 		{name: "20ms under threshold at 1 Mbit/s", rate: 1e6,
-			deltas:        []time.Duration{20 * ms, 0, 20 * ms, 0, 20 * ms, 0},
-			wantThreshold: 27 * ms},
+			deltas:  []time.Duration{20 * ms, 0, 20 * ms, 0, 20 * ms, 0},
+			wantSer: 12 * ms},
 		{name: "20ms over threshold at 100 Mbit/s", rate: 100e6,
-			deltas:        []time.Duration{20 * ms, 0, 20 * ms, 0, 20 * ms, 0},
-			wantThreshold: 15*ms + 120*time.Microsecond, wantBloat: true},
+			deltas:  []time.Duration{20 * ms, 0, 20 * ms, 0, 20 * ms, 0},
+			wantSer: 120 * time.Microsecond, wantBloat: true},
 		{name: "30ms over threshold at 1 Mbit/s", rate: 1e6,
-			deltas:        []time.Duration{30 * ms, 0, 30 * ms, 0, 30 * ms, 0},
-			wantThreshold: 27 * ms, wantBloat: true},
+			deltas:  []time.Duration{30 * ms, 0, 30 * ms, 0, 30 * ms, 0},
+			wantSer: 12 * ms, wantBloat: true},
 		{name: "unknown rate: budget alone", rate: 0,
-			deltas:        []time.Duration{20 * ms, 20 * ms, 20 * ms},
-			wantThreshold: 15 * ms, wantBloat: true},
+			deltas:  []time.Duration{20 * ms, 20 * ms, 20 * ms},
+			wantSer: 0, wantBloat: true},
 		{name: "27.2ms over threshold without overhead", rate: 1e6,
-			deltas:        []time.Duration{27200 * time.Microsecond, 27200 * time.Microsecond, 27200 * time.Microsecond},
-			wantThreshold: 27 * ms, wantBloat: true},
+			deltas:  []time.Duration{27200 * time.Microsecond, 27200 * time.Microsecond, 27200 * time.Microsecond},
+			wantSer: 12 * ms, wantBloat: true},
 		{name: "overhead counts", cfg: estimator.Config{Overhead: 44}, rate: 1e6,
-			deltas:        []time.Duration{27200 * time.Microsecond, 27200 * time.Microsecond, 27200 * time.Microsecond},
-			wantThreshold: 27*ms + 352*time.Microsecond},
+			deltas:  []time.Duration{27200 * time.Microsecond, 27200 * time.Microsecond, 27200 * time.Microsecond},
+			wantSer: 12*ms + 352*time.Microsecond},
 		{name: "two of six", rate: 100e6,
-			deltas:        []time.Duration{20 * ms, 0, 0, 0, 20 * ms, 0},
-			wantThreshold: 15*ms + 120*time.Microsecond},
+			deltas:  []time.Duration{20 * ms, 0, 0, 0, 20 * ms, 0},
+			wantSer: 120 * time.Microsecond},
 		{name: "three delayed but out of the window", rate: 100e6,
-			deltas:        []time.Duration{20 * ms, 20 * ms, 20 * ms, 0, 0, 0, 0, 0, 0},
-			wantThreshold: 15*ms + 120*time.Microsecond},
+			deltas:  []time.Duration{20 * ms, 20 * ms, 20 * ms, 0, 0, 0, 0, 0, 0},
+			wantSer: 120 * time.Microsecond},
 		{name: "custom window: 2 of 3", cfg: estimator.Config{Window: 3, Delayed: 2}, rate: 100e6,
-			deltas:        []time.Duration{0, 0, 0, 20 * ms, 0, 20 * ms},
-			wantThreshold: 15*ms + 120*time.Microsecond, wantBloat: true},
+			deltas:  []time.Duration{0, 0, 0, 20 * ms, 0, 20 * ms},
+			wantSer: 120 * time.Microsecond, wantBloat: true},
 		{name: "stale window", rate: 100e6,
-			deltas:        []time.Duration{20 * ms, 20 * ms, 20 * ms},
-			observeLater:  1500 * time.Millisecond,
-			wantThreshold: 15*ms + 120*time.Microsecond},
+			deltas:       []time.Duration{20 * ms, 20 * ms, 20 * ms},
+			observeLater: 1500 * time.Millisecond,
+			wantSer:      120 * time.Microsecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -435,11 +435,11 @@ func TestBloat(t *testing.T) {
 			now := samples[len(samples)-1].Sent.Add(tt.observeLater)
 			o := e.Observe(now, [2]float64{estimator.Down: tt.rate})[estimator.Down]
 			type result struct {
-				Threshold time.Duration
-				Bloat     bool
+				Serialisation, Threshold time.Duration
+				Bloat                    bool
 			}
-			want := result{tt.wantThreshold, tt.wantBloat}
-			if diff := cmp.Diff(want, result{o.Threshold, o.Bloat}); diff != "" {
+			want := result{tt.wantSer, estimator.DefaultBudget + tt.wantSer, tt.wantBloat}
+			if diff := cmp.Diff(want, result{o.Serialisation, o.Threshold, o.Bloat}); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -609,7 +609,7 @@ func TestObserveWithoutSamples(t *testing.T) {
 	got := e.Observe(now, [2]float64{estimator.Down: 10e6, estimator.Up: 0})
 	want := [2]estimator.Observation{
 		estimator.Down: {
-			Time: now, Direction: estimator.Down, Threshold: 15*ms + 1200*time.Microsecond,
+			Time: now, Direction: estimator.Down, Serialisation: 1200 * time.Microsecond, Threshold: 15*ms + 1200*time.Microsecond,
 			Achieved: 5e6, ShaperRate: 10e6, Load: 0.5, CapacityEstimate: 20e6,
 		},
 		estimator.Up: {

@@ -91,8 +91,12 @@ type Observation struct {
 	// MaxPendingDeltas, the newest). The slice is valid only until the next
 	// call to Estimator.Observe.
 	Deltas []time.Duration
+	// Serialisation is the time one full-size packet (Config.MTU plus
+	// Config.Overhead) takes at ShaperRate, 0 when the rate is unknown: at low
+	// rates that packet is the floor of the delay, so the policies allow for it.
+	Serialisation time.Duration
 	// Threshold is the delay above which a sample counts as delayed: the latency
-	// budget plus the serialisation time of one full-size packet at ShaperRate.
+	// budget plus Serialisation.
 	Threshold time.Duration
 	// Bloat is true when enough of the last samples of this direction were
 	// delayed (see Config.Window and Config.Delayed) and, for echo-only samples,

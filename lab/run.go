@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -510,33 +511,36 @@ func daemonBounds(cfg RunConfig) [2]policies.Bounds {
 // and the base rates.
 func WriteDaemonConfig(top *Topology, cfg RunConfig, dir, policy string) (string, [2]float64, error) {
 	var bases [2]float64
-	conf := filepath.Join(dir, "autoshape.toml")
-	var refl []string
-	for _, a := range top.ReflectorAddrs {
-		refl = append(refl, strconv.Quote(a.String()))
+	l := config.Link{
+		Name: "lab", Interface: RtrWAN, Backend: backendOr(cfg.Backend), Budget: cfg.Budget,
+		Policy: config.PolicyName(policy),
+		// The line's framing, as its owner would configure it.
+		Framing:    actuator.Framing{Overhead: cfg.Bottleneck.Overhead},
+		Method:     probe.Timestamp,
+		Reflectors: top.ReflectorAddrs, ActiveReflectors: Reflectors, ProbeRate: probe.DefaultPoolRate,
 	}
-	text := fmt.Sprintf("state_file = %q\non_exit = \"remove\"\n[log]\nlevel = \"info\"\ndecisions = %q\n[metrics]\nlisten = \"\"\n"+
-		"[[link]]\nname = \"lab\"\ninterface = %q\nbackend = %q\nbudget = %q\n",
-		filepath.Join(dir, "state.json"), filepath.Join(dir, "decisions.jsonl"), RtrWAN, backendOr(cfg.Backend), cfg.Budget.String())
-	if policy != "" {
-		text += fmt.Sprintf("policy = %q\n", policy)
-	}
-	// The line's framing, as its owner would configure it.
 	if cfg.Bottleneck.ATM {
-		text += "link_layer = \"atm\"\n"
-	}
-	if cfg.Bottleneck.Overhead != 0 {
-		text += fmt.Sprintf("overhead = %d\n", cfg.Bottleneck.Overhead)
+		l.Framing.LinkLayer = actuator.ATM
 	}
 	bounds := daemonBounds(cfg)
 	for _, d := range estimator.Directions {
-		section := map[estimator.Direction]string{estimator.Down: "download", estimator.Up: "upload"}[d]
-		b := bounds[d]
-		bases[d] = b.Base
-		text += fmt.Sprintf("[link.%s]\nmin = \"%.0fkbit\"\nbase = \"%.0fkbit\"\nmax = \"%.0fkbit\"\n", section, b.Min/1000, b.Base/1000, b.Max/1000)
+		l.Directions[d].Bounds = bounds[d]
+		bases[d] = bounds[d].Base
 	}
-	text += fmt.Sprintf("[link.probe]\nmethod = \"timestamp\"\nreflectors = [%s]\nactive = %d\nrate = %d\n", strings.Join(refl, ", "), Reflectors, probe.DefaultPoolRate)
-	return conf, bases, os.WriteFile(conf, []byte(text), 0o644)
+	c := config.Config{
+		StateFile: filepath.Join(dir, "state.json"), RemoveOnExit: true, LogLevel: "info",
+		Decisions: filepath.Join(dir, "decisions.jsonl"), MetricsListen: "", Links: []config.Link{l},
+	}
+	var b strings.Builder
+	if err := config.Write(&b, c); err != nil {
+		return "", bases, err
+	}
+	// What the daemon would refuse is refused here, before a run starts.
+	if _, err := config.Parse(b.String()); err != nil {
+		return "", bases, fmt.Errorf("the daemon's configuration: %w", err)
+	}
+	conf := filepath.Join(dir, "autoshape.toml")
+	return conf, bases, os.WriteFile(conf, []byte(b.String()), 0o644)
 }
 
 // backendOr is b, or HTB when empty.

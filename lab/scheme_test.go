@@ -1,16 +1,12 @@
 package lab_test
 
 import (
-	"net/netip"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/autoshape/autoshape/lab"
-	"github.com/autoshape/autoshape/sim"
 )
 
 func TestParseScheme(t *testing.T) {
@@ -67,42 +63,6 @@ func TestNeedsAutoshape(t *testing.T) {
 		}
 		if got := s.NeedsAutoshape(); got != want {
 			t.Errorf("%s: NeedsAutoshape() = %v, want %v", in, got, want)
-		}
-	}
-}
-
-// TestWriteDaemonConfigPolicy: the policy goes into the generated
-// configuration as the daemon's policy key; without one the key is left out
-// (the daemon's default), and the bases are the bounds' whole kbit/s.
-func TestWriteDaemonConfigPolicy(t *testing.T) {
-	top := &lab.Topology{ReflectorAddrs: []netip.Addr{netip.MustParseAddr("10.91.4.1")}}
-	down, err := sim.ParseSchedule("20mbit@0s,5mbit@5s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := lab.RunConfig{Duration: 12 * time.Second, Budget: 15 * time.Millisecond}
-	cfg.Capacity[0] = down
-	for _, tt := range []struct {
-		policy, want string
-	}{{"", ""}, {"classic", "policy = \"classic\"\n"}} {
-		path, bases, err := lab.WriteDaemonConfig(top, cfg, t.TempDir(), tt.policy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(b)
-		if tt.want == "" && strings.Contains(text, "policy") {
-			t.Errorf("policy %q: the configuration names a policy:\n%s", tt.policy, text)
-		}
-		if !strings.Contains(text, tt.want) {
-			t.Errorf("policy %q: want %q in:\n%s", tt.policy, tt.want, text)
-		}
-		// The mean of 5 s at 20 and 7 s at 5 Mbit/s.
-		if bases != [2]float64{11250e3, 1e9} || !strings.Contains(text, `base = "11250kbit"`) {
-			t.Errorf("bases %v in:\n%s", bases, text)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func DefaultBudgetConfig(budget time.Duration) BudgetConfig {
 
 func (c BudgetConfig) withDefaults() BudgetConfig {
 	if c.Budget == 0 {
-		c.Budget = 15 * time.Millisecond
+		c.Budget = estimator.DefaultBudget
 	}
 	if c.Hold == 0 {
 		c.Hold = c.Budget * 3 / 4
@@ -118,46 +118,48 @@ func (c BudgetConfig) Validate() error {
 
 // Budget is autoshape's main policy: it keeps the added delay under load
 // within one number, the latency budget, at the highest rate that allows.
-// Each call applies the first rule that matches:
+// Each call applies the first rule that matches, with the delay taken as the
+// observation's Delta less its Serialisation (at low rates one packet's time
+// is the floor of the delay):
 //
-//   - Capacity drop (download only, see capacityDrop): on a link that has
-//     been delivering a steady rate, a sudden fall of what gets through,
-//     with no backlog in our shaper, is a capacity drop seen a round trip
-//     before any delay: cut to MinCut of the new capacity, and again in the
-//     next tick if that measures it lower. A drop whose queue the delay
+//   - Capacity drop (download only, see capacityDrop and sinceDrop): on a link
+//     that has been delivering a steady rate, a sudden fall of what gets
+//     through, with no backlog in our shaper, is a capacity drop seen a round
+//     trip before any delay: cut to MinCut of the new capacity, and again in
+//     the next tick if that measures it lower. A drop whose queue the delay
 //     does not show within afterDrop was the senders sending less, and its
 //     ceiling is forgotten.
-//   - Standing (download only): while our shaper holds a backlog (it, not
-//     the bottleneck upstream, limits the traffic now) a delay over Hold may
-//     be the lagging tail of a fade already over; hold until it has stood for
-//     Standing. On upload our shaper is upstream of the bottleneck and its
-//     backlog says nothing about the bottleneck's queue; nor on a link with
-//     a ceiling of its own (see below), which has no fades.
-//   - Over budget (the estimator's bloat verdict with the median over Hold,
-//     or the median over the budget): cut towards what the link delivers now
-//     (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
-//     when there is no achieved rate), by a factor that grows with how far
-//     the delay is over Hold, so that the bottleneck's queue drains in about
-//     Drain; never by more than half. A further cut waits for the refractory
-//     time plus the delay that caused the last one, and until twice that
-//     only follows a delay that is still growing.
-//     When all of the rate got through (always so on upload, where our
-//     shaper is upstream of the bottleneck) the capacity is unmeasured and
-//     lies below the rate: the cut goes twice as deep.
-//   - Between Hold and the budget: ease off to MaxCut of what gets through,
-//     spaced like cuts: holding a rate above the capacity would let the queue
-//     grow into the budget.
-//   - Loaded and under Hold: rise, by up to Step per second scaled by the
-//     headroom left below Hold and slowed by the share of recent time spent
-//     over the budget. Near a ceiling the link has shown (two episodes of
+//   - Standing (download only, see standing): while our shaper holds a backlog
+//     (it, not the bottleneck upstream, limits the traffic now) a delay over
+//     Hold may be the lagging tail of a fade already over; hold until it has
+//     stood for Standing. On upload our shaper is upstream of the bottleneck
+//     and its backlog says nothing about the bottleneck's queue; nor on a link
+//     with a ceiling of its own (see below), which has no fades.
+//   - Over budget (see cut; the estimator's bloat verdict with the median over
+//     Hold, or the median over the budget): cut towards what the link delivers
+//     now (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
+//     when there is no achieved rate), by a factor that grows with how far the
+//     delay is over Hold, so that the bottleneck's queue drains in about Drain;
+//     never by more than half. A further cut waits for the refractory time plus
+//     the delay that caused the last one, and until twice that only follows a
+//     delay that is still growing. When all of the rate got through (always so
+//     on upload, where our shaper is upstream of the bottleneck) the capacity
+//     is unmeasured and lies below the rate: the cut goes twice as deep.
+//   - Between Hold and the budget (see ease): ease off to MaxCut of what gets
+//     through, spaced like cuts: holding a rate above the capacity would let
+//     the queue grow into the budget.
+//   - Loaded and under Hold (see rise): rise, by up to Step per second scaled
+//     by the headroom left below Hold and slowed by the share of recent time
+//     spent over the budget. Near a ceiling the link has shown (two episodes of
 //     delay whose cuts or eases agreed within 10 %, within Memory, on a link
 //     that delivered a steady rate, or three that agreed on download, or a
-//     capacity drop), with Hold lowered to half since the rate sits just
-//     under it: fast only up to 90 % of it, then along CUBIC's window curve
-//     (see plateau): concave up to the ceiling, a plateau there, convex past
-//     it, up to 10 % over it; a rate past that with no delay says the
-//     ceiling is no longer the link's, and it rises as on any link.
-//   - Unloaded: drift towards base.
+//     capacity drop), with Hold lowered to half since the rate sits just under
+//     it: fast only up to 90 % of it, then along CUBIC's window curve (see
+//     plateau): concave up to the ceiling, a plateau there, convex past it, up
+//     to 10 % over it; a rate past that with no delay says the ceiling is no
+//     longer the link's, and it rises as on any link.
+//   - Unloaded (see unloaded): drift towards base, unless the traffic is
+//     substantial (half of Loaded or more): then hold.
 //
 // Each cut or ease marks a ceiling (see mark): what got through when that
 // measures the link, else the knee, the rate when the delay last showed next
@@ -202,82 +204,123 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // Name returns "budget".
 func (b *Budget) Name() string { return "budget" }
 
-// Next proposes the next rate.
+// Next proposes the next rate: the first of the rules in Budget's doc that
+// applies.
 func (b *Budget) Next(in Input) Proposal {
-	dt := 0.05
+	t := b.start(in)
+	if p, ok := b.capacityDrop(in, t.dt); ok {
+		return p
+	}
+	if p, ok := b.sinceDrop(in, t); ok {
+		return p
+	}
+	b.trackOver(in.Now, t)
+	if p, ok := b.standing(in, t); ok {
+		return p
+	}
+	switch {
+	case t.over:
+		return b.cut(in, t.delay)
+	case t.delay > t.hold:
+		return b.ease(in, t.delay)
+	case b.pressed(in.Obs):
+		return b.rise(in, t)
+	}
+	return b.unloaded(in, t.dt)
+}
+
+// A tick is what the rules of one call share.
+type tick struct {
+	dt     float64       // seconds since the previous call, within [0, 1]
+	delay  time.Duration // the added delay less one packet's serialisation
+	hold   time.Duration // Hold, halved on a steady link
+	steady bool          // the link shows a ceiling of its own (see steady)
+	over   bool          // the delay is over budget: cut
+}
+
+// start updates what every call tracks (time, achieved rate, knee) and returns what the rules share.
+func (b *Budget) start(in Input) tick {
+	c, o := b.cfg, in.Obs
+	t := tick{dt: 0.05}
 	if !b.last.IsZero() {
-		dt = math.Min(math.Max(in.Now.Sub(b.last).Seconds(), 0), 1)
+		t.dt = math.Min(math.Max(in.Now.Sub(b.last).Seconds(), 0), 1)
 	}
 	b.last = in.Now
 	// One 50 ms sample of the achieved rate can fall in a fade (nothing
 	// delivered for 100 ms is common on cellular links); what a cut aims at is
 	// the capacity of the last few hundred milliseconds.
 	if b.achieved == 0 {
-		b.achieved = in.Obs.Achieved
+		b.achieved = o.Achieved
 	}
-	b.achieved += (in.Obs.Achieved - b.achieved) * math.Min(dt/0.2, 1)
-	c := b.cfg
-	rate := in.Rate
-	o := in.Obs
-	// The estimator's threshold is the budget plus one full-size packet's
-	// time at the current rate; the hold level moves up by the same amount,
-	// since at low rates that packet is the floor of the delay.
-	delay := o.Delta - serialisation(o, c.Budget)
-	steady := b.steady(in.Now, o.Direction)
-	if steady {
+	b.achieved += (o.Achieved - b.achieved) * math.Min(t.dt/0.2, 1)
+	t.delay = o.Delta - o.Serialisation
+	t.steady = b.steady(in.Now, o.Direction)
+	t.hold = c.Hold
+	if t.steady {
 		// A link with a ceiling of its own: the rate sits just under it, where
 		// any rise shows as delay soon, so stop earlier.
-		c.Hold = c.Hold / 2
+		t.hold = c.Hold / 2
 	}
-
 	// A cut needs both verdicts: enough delayed samples in the window (fast)
 	// and the median across reflectors over the hold level (robust), or a
 	// median over the budget on its own.
-	over := (o.Bloat && delay > c.Hold) || delay > c.Budget
+	t.over = (o.Bloat && t.delay > t.hold) || t.delay > c.Budget
 	// The share of recent time over the budget (about 5 s): on a link whose
 	// capacity keeps falling away, rising as fast as on a steady one only
 	// refills the queue, so the rise slows as that share grows.
 	overNow := 0.0
-	if delay > c.Budget {
+	if t.delay > c.Budget {
 		overNow = 1
 	}
-	b.overShare += (overNow - b.overShare) * math.Min(dt/5, 1)
-	if delay <= c.Hold/2 && (o.Load >= c.Loaded || o.Backlog >= limitingBacklog) {
-		b.knee, b.kneeAt = rate, in.Now
+	b.overShare += (overNow - b.overShare) * math.Min(t.dt/5, 1)
+	if t.delay <= t.hold/2 && (o.Load >= c.Loaded || o.Backlog >= limitingBacklog) {
+		b.knee, b.kneeAt = in.Rate, in.Now
 	}
-	if p, ok := b.capacityDrop(in, dt); ok {
-		return p
+	return t
+}
+
+// sinceDrop holds while the queue a capacity drop left drains, and forgets a drop that left none.
+func (b *Budget) sinceDrop(in Input, t tick) (Proposal, bool) {
+	if b.dropAt.IsZero() {
+		return Proposal{}, false
 	}
-	if !b.dropAt.IsZero() {
-		since := in.Now.Sub(b.dropAt)
-		// A capacity drop leaves the queue the senders built before the
-		// cut, which the delay shows within a round trip or two. A drop
-		// that shows none within afterDrop was the senders sending less
-		// (several streams in loss recovery at once, a transfer ending),
-		// not the link: its ceiling, which would hold the rate at what
-		// they sent, is forgotten.
-		switch {
-		case since < afterDrop:
-			b.dropQueued = b.dropQueued || delay > c.Hold/2
-		case !b.dropQueued:
-			b.dropAt = time.Time{}
-			b.bloatRate, b.prevBloat, b.prevPrev = 0, 0, 0
-		}
-		// Within afterDrop the delay shows the queue the senders built
-		// before the drop was cut, which the cut drains: neither a cut nor
-		// a new ceiling. Only while the rate is where the drop set it or
-		// under the ceiling's zone, though: in the zone it drains nothing,
-		// and a delay over Hold is a queue of its own.
-		if since < afterDrop && (over || delay > c.Hold) &&
-			(rate <= b.dropRate || rate < b.zone(in.Now)*b.bloatRate) {
-			return Proposal{Rate: rate, Reason: ReasonHold}
-		}
+	since := in.Now.Sub(b.dropAt)
+	// A capacity drop leaves the queue the senders built before the
+	// cut, which the delay shows within a round trip or two. A drop
+	// that shows none within afterDrop was the senders sending less
+	// (several streams in loss recovery at once, a transfer ending),
+	// not the link: its ceiling, which would hold the rate at what
+	// they sent, is forgotten.
+	switch {
+	case since < afterDrop:
+		b.dropQueued = b.dropQueued || t.delay > t.hold/2
+	case !b.dropQueued:
+		b.dropAt = time.Time{}
+		b.bloatRate, b.prevBloat, b.prevPrev = 0, 0, 0
 	}
-	if !over && delay <= c.Hold {
+	// Within afterDrop the delay shows the queue the senders built
+	// before the drop was cut, which the cut drains: neither a cut nor
+	// a new ceiling. Only while the rate is where the drop set it or
+	// under the ceiling's zone, though: in the zone it drains nothing,
+	// and a delay over Hold is a queue of its own.
+	if since < afterDrop && (t.over || t.delay > t.hold) &&
+		(in.Rate <= b.dropRate || in.Rate < b.zone(in.Now)*b.bloatRate) {
+		return Proposal{Rate: in.Rate, Reason: ReasonHold}, true
+	}
+	return Proposal{}, false
+}
+
+// trackOver keeps when the delay last rose over Hold, zero while it is under.
+func (b *Budget) trackOver(now time.Time, t tick) {
+	if !t.over && t.delay <= t.hold {
 		b.overSince = time.Time{}
 	} else if b.overSince.IsZero() {
-		b.overSince = in.Now
+		b.overSince = now
 	}
+}
+
+// standing holds a delay over Hold while our download shaper has a backlog, until it stands for Standing.
+func (b *Budget) standing(in Input, t tick) (Proposal, bool) {
 	// The delay signal lags the queue by a round trip and the probe
 	// interval. While our own shaper holds a backlog it is what limits the
 	// traffic now, so the bottleneck's queue is not growing: the delay seen
@@ -286,66 +329,80 @@ func (b *Budget) Next(in Input) Proposal {
 	// That holds on download only, where our shaper is downstream of the
 	// bottleneck; on upload a backlog in our shaper says nothing about the
 	// bottleneck's queue, which grows whenever the rate exceeds the capacity.
-	if o.Direction == estimator.Down && !steady && o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < c.Standing {
+	o := in.Obs
+	if o.Direction == estimator.Down && !t.steady && o.Backlog >= limitingBacklog && in.Now.Sub(b.overSince) < b.cfg.Standing {
+		return Proposal{Rate: in.Rate, Reason: ReasonHold}, true
+	}
+	return Proposal{}, false
+}
+
+// ease handles a delay between Hold and the budget: MaxCut of what gets through, spaced like cuts.
+func (b *Budget) ease(in Input, delay time.Duration) Proposal {
+	c, o, rate := b.cfg, in.Obs, in.Rate
+	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory+b.cutDelay {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
-	if over {
-		return b.cut(in)
+	// Approaching the budget: a standing queue keeps growing while the
+	// rate holds above the capacity, so ease off to what gets through.
+	// Less getting through than the rate allows means the capacity has
+	// just fallen (or the traffic thinned): then the last tick's achieved
+	// rate is the better guide, however low, down to MinCut of the rate.
+	ref := b.delivered(in)
+	floor := rate * c.MinCut
+	if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
+		ref = math.Min(ref, o.Achieved)
+		floor = 0
 	}
-	if delay > c.Hold {
-		// Approaching the budget: a standing queue keeps growing while the
-		// rate holds above the capacity, so ease off to what gets through.
-		// Less getting through than the rate allows means the capacity has
-		// just fallen (or the traffic thinned): then the last tick's achieved
-		// rate is the better guide, however low, down to MinCut of the rate.
-		if b.lastCut.IsZero() || in.Now.Sub(b.lastCut) >= c.Refractory+b.cutDelay {
-			ref := b.delivered(in)
-			floor := rate * c.MinCut
-			if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
-				ref = math.Min(ref, o.Achieved)
-				floor = 0
-			}
-			b.lastCut = in.Now
-			b.cutDelay = delay
-			b.mark(in)
-			next := math.Max(ref*c.MaxCut, floor)
-			return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
-		}
-		return Proposal{Rate: rate, Reason: ReasonHold}
-	}
-	// Loaded: the traffic presses against the rate. Either nearly all the
-	// rate gets through, or our shaper holds a backlog while at least half
-	// gets through: with a short drop-tail queue (HTB's bfifo where the
-	// kernel lacks fq_codel) TCP may not fill the rate it is shaped to, yet
-	// it needs more.
-	if o.Load >= c.Loaded || (o.Backlog >= limitingBacklog && o.Load >= c.Loaded/2) {
-		headroom := math.Max(1-float64(delay)/float64(c.Hold), 0.25)
-		step := c.Step * math.Max(0.1, 1-2*b.overShare)
-		target := b.bloatRate * b.plateau(in.Now)
-		zone := b.zone(in.Now)
-		if steady && rate >= (zone-0.01)*b.bloatRate && rate <= 1.1*b.bloatRate {
-			// In the ceiling's zone, up to 10 % over it: as CUBIC probes
-			// around its last window, concave up to the ceiling, a
-			// plateau at it, then convex past it, so that the rate
-			// crosses the knee slowly (the queue it builds there stays
-			// small by the time the delay shows it). A rate 10 % over
-			// the ceiling with no delay (or one a bound set there) says
-			// the ceiling is no longer the link's: its capacity came
-			// back, and the rate rises as on any link to find it.
-			next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*dt)
-			return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
-		}
-		next := rate * (1 + step*headroom*dt)
-		if edge := zone * b.bloatRate; steady && rate < edge {
-			// Fast up to the ceiling's zone, not past its edge in one step.
-			next = math.Min(next, edge)
-		}
+	b.lastCut = in.Now
+	b.cutDelay = delay
+	b.mark(in)
+	next := math.Max(ref*c.MaxCut, floor)
+	return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
+}
+
+// pressed reports whether the traffic presses against the rate.
+func (b *Budget) pressed(o estimator.Observation) bool {
+	// Either nearly all the rate gets through, or our shaper holds a
+	// backlog while at least half gets through: with a short drop-tail
+	// queue (HTB's bfifo where the kernel lacks fq_codel) TCP may not fill
+	// the rate it is shaped to, yet it needs more.
+	c := b.cfg
+	return o.Load >= c.Loaded || (o.Backlog >= limitingBacklog && o.Load >= c.Loaded/2)
+}
+
+// rise handles a loaded link under Hold: up by Step, or along the plateau curve near a ceiling.
+func (b *Budget) rise(in Input, t tick) Proposal {
+	rate := in.Rate
+	headroom := math.Max(1-float64(t.delay)/float64(t.hold), 0.25)
+	step := b.cfg.Step * math.Max(0.1, 1-2*b.overShare)
+	target := b.bloatRate * b.plateau(in.Now)
+	zone := b.zone(in.Now)
+	if t.steady && rate >= (zone-0.01)*b.bloatRate && rate <= 1.1*b.bloatRate {
+		// In the ceiling's zone, up to 10 % over it: as CUBIC probes
+		// around its last window, concave up to the ceiling, a
+		// plateau at it, then convex past it, so that the rate
+		// crosses the knee slowly (the queue it builds there stays
+		// small by the time the delay shows it). A rate 10 % over
+		// the ceiling with no delay (or one a bound set there) says
+		// the ceiling is no longer the link's: its capacity came
+		// back, and the rate rises as on any link to find it.
+		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
-	// Traffic that does not press against the rate: if it is substantial, it
-	// is TCP recovering from a loss or the like, and the rate is still about
-	// right; only light traffic lets the rate drift towards base.
-	if o.Load >= c.Loaded/2 {
+	next := rate * (1 + step*headroom*t.dt)
+	if edge := zone * b.bloatRate; t.steady && rate < edge {
+		// Fast up to the ceiling's zone, not past its edge in one step.
+		next = math.Min(next, edge)
+	}
+	return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
+}
+
+// unloaded handles traffic that does not press against the rate: hold, or drift towards base.
+func (b *Budget) unloaded(in Input, dt float64) Proposal {
+	c, rate := b.cfg, in.Rate
+	// Substantial traffic is TCP recovering from a loss or the like, and the
+	// rate is still about right.
+	if in.Obs.Load >= c.Loaded/2 {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	base := in.Bounds.Base
@@ -558,11 +615,10 @@ func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 // from counting whole packets: two full-size packets per 50 ms tick.
 const countingNoise = 2 * 1500 * 8 / 0.05
 
-// cut handles a bloated observation.
-func (b *Budget) cut(in Input) Proposal {
+// cut handles a delay over budget: towards what gets through, deeper the further over Hold.
+func (b *Budget) cut(in Input, delay time.Duration) Proposal {
 	c := b.cfg
 	o := in.Obs
-	delay := o.Delta - serialisation(o, c.Budget)
 	hold := Proposal{Rate: in.Rate, Reason: ReasonHold}
 	if !b.lastCut.IsZero() {
 		since := in.Now.Sub(b.lastCut)
@@ -597,15 +653,6 @@ func (b *Budget) cut(in Input) Proposal {
 	}
 	next := math.Max(capacity*factor, floor)
 	return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonBloat}
-}
-
-// serialisation is the part of the observation's threshold above the budget:
-// one full-size packet's time at the shaper's rate.
-func serialisation(o estimator.Observation, budget time.Duration) time.Duration {
-	if o.Threshold > budget {
-		return o.Threshold - budget
-	}
-	return 0
 }
 
 // delivered is what the link delivers now: the achieved rate, or CAKE's

@@ -2,9 +2,8 @@ package probe
 
 import "time"
 
-// A Clock gives the time and tickers; a Pool schedules everything with it,
-// so tests drive the pool with a fake clock. It has the methods of
-// controller.Clock, so one value serves both.
+// A Clock gives the time and tickers. The Pool and the daemon schedule
+// everything with it, so tests drive them with a fake clock.
 type Clock interface {
 	Now() time.Time
 	// NewTicker returns a channel that delivers the time every d (d > 0)

@@ -25,7 +25,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -42,7 +41,7 @@ type Config struct {
 	// Seed makes jitter, reflector delays and probe loss repeatable.
 	Seed uint64
 	// Budget is the latency budget that scores the run and configures the
-	// controller; default 15ms.
+	// controller; default estimator.DefaultBudget.
 	Budget time.Duration
 	// Flows is the number of greedy TCP flows per loaded direction, default 4.
 	Flows int
@@ -77,7 +76,7 @@ type Config struct {
 	// Bounds override the rate bounds DefaultBounds derives from the trace,
 	// per direction (nil: derive).
 	Bounds [2]*policies.Bounds
-	// Tick is the controller's tick, default 50ms.
+	// Tick is the controller's tick, default controller.DefaultTick.
 	Tick time.Duration
 
 	// CapacityEstimate is set from NoCapacityEstimate by Run.
@@ -86,7 +85,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Budget == 0 {
-		c.Budget = 15 * time.Millisecond
+		c.Budget = estimator.DefaultBudget
 	}
 	if c.Flows == 0 {
 		c.Flows = 4
@@ -113,7 +112,7 @@ func (c Config) withDefaults() Config {
 		c.Jitter = time.Millisecond
 	}
 	if c.Tick == 0 {
-		c.Tick = 50 * time.Millisecond
+		c.Tick = controller.DefaultTick
 	}
 	if c.Duration == 0 {
 		for _, t := range []*Trace{c.Down, c.Up} {
@@ -275,16 +274,93 @@ type Model struct {
 // scoreEvery is the independent probe's interval, ms.
 const scoreEvery = 10
 
+// runStart is the controller's time at a run's first millisecond.
+var runStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// at is the controller's time t ms into a run.
+func at(t float64) time.Time { return runStart.Add(time.Duration(t * float64(time.Millisecond))) }
+
 // Run simulates cfg under scheme and returns one Result per loaded direction.
 func Run(cfg Config, scheme Scheme) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
-	dur := cfg.Duration.Milliseconds()
+	r, err := newReplay(cfg.withDefaults(), scheme)
+	if err != nil {
+		return nil, err
+	}
+	for now := int64(0); now < r.cfg.Duration.Milliseconds(); now += stepMs {
+		if err := r.step(now); err != nil {
+			return nil, err
+		}
+	}
+	return r.results(), nil
+}
 
-	traces := [2]*Trace{cfg.Down, cfg.Up}
+// A replay is one Run in progress: the link model, the scheme's controller
+// (nil when the scheme has none), the probes in flight and the scores so far.
+type replay struct {
+	cfg    Config
+	scheme Scheme
+	m      *Model
+	traces [2]*Trace  // nil for an unloaded direction
+	means  [2]float64 // each direction's mean capacity, bit/s
+	ctrl   *controller.Controller
+
+	// The controller's probes: the reflectors, the interval and the next
+	// send (ms), and the answers not yet arrived, in arrival order.
+	refl       []reflector
+	probeEvery float64
+	nextProbe  float64
+	probeIdx   int
+	pending    []pendingSample
+
+	scores        [2][]float32 // the independent probe's added delays, ms
+	series        [2]*Series
+	lastDelivered [2]int64
+	rateSum       [2]float64
+	rateN         [2]int
+	changes       [2]int
+	queues        [2][]int64 // the oracle's view of the bottleneck's queue
+	trains        int        // packet trains CAKE's estimator has closed
+}
+
+// newReplay wires a run: the link, the scheme's controller or CAKE's
+// autorate-ingress, the reflectors and the score buffers.
+func newReplay(cfg Config, scheme Scheme) (*replay, error) {
+	r := &replay{cfg: cfg, scheme: scheme, traces: [2]*Trace{cfg.Down, cfg.Up}}
+	r.m, r.means = newModel(cfg, r.traces)
+	if scheme.Policy != nil {
+		if err := r.wireController(); err != nil {
+			return nil, err
+		}
+	}
+	if scheme.AutorateIngress {
+		for _, d := range estimator.Directions {
+			if r.traces[d] != nil {
+				r.m.paths[d].startAutorate(r.bounds(d).Base)
+			}
+		}
+	}
+	r.refl = r.m.reflectors()
+	r.probeEvery = 1000 / cfg.ProbeRate
+	for _, d := range estimator.Directions {
+		if r.traces[d] == nil {
+			continue
+		}
+		r.scores[d] = make([]float32, 0, cfg.Duration.Milliseconds()/scoreEvery+1)
+		if cfg.Series {
+			r.series[d] = &Series{}
+		}
+	}
+	return r, nil
+}
+
+// newModel builds the link's paths and returns them with each direction's
+// mean capacity. A direction without a trace carries no senders and runs at
+// a constant capacity, so that probes still cross it.
+func newModel(cfg Config, traces [2]*Trace) (*Model, [2]float64) {
+	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
 	var means [2]float64
 	for _, d := range estimator.Directions {
 		if traces[d] != nil {
@@ -295,7 +371,6 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 		tr := traces[d]
 		flows := cfg.Flows
 		if tr == nil {
-			// An unloaded direction: constant capacity, no senders.
 			r := math.Max(10e6, means[d.Other()])
 			tr = &Trace{Name: "unloaded", steps: []Step{{Rate: r}}}
 			means[d] = r
@@ -314,223 +389,224 @@ func Run(cfg Config, scheme Scheme) ([]Result, error) {
 			m.paths[d].fq = nil
 		}
 	}
+	return m, means
+}
 
-	// The controller, when the scheme has one.
-	var ctrl *controller.Controller
-	var bounds [2]policies.Bounds
-	shapers := [2]*simShaper{}
-	if scheme.Policy != nil {
-		ec := scheme.Estimator
-		if ec.Budget == 0 {
-			ec.Budget = cfg.Budget
-		}
-		est, err := estimator.New(ec)
-		if err != nil {
-			return nil, err
-		}
-		cc := scheme.Controller
-		cc.Tick = cfg.Tick
-		var shs [2]actuator.Shaper
-		var pols [2]policies.Policy
-		for _, d := range estimator.Directions {
-			if traces[d] == nil {
-				continue
-			}
-			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
-			if b := cfg.Bounds[d]; b != nil {
-				bounds[d] = *b
-			}
-			cc.Directions[d].Bounds = bounds[d]
-			pol, err := scheme.Policy(d, bounds[d], means[d])
-			if err != nil {
-				return nil, err
-			}
-			pols[d] = pol
-			shapers[d] = &simShaper{p: m.paths[d]}
-			shs[d] = shapers[d]
-			m.paths[d].setRate(bounds[d].Base)
-			m.paths[d].cake.peak = bounds[d].Base / 8
-			m.paths[d].autorate = true
-		}
-		ctrl, err = controller.New(cc, est, shs, pols, &probeSwitch{})
-		if err != nil {
-			return nil, err
-		}
+// wireController builds the scheme's controller over a simShaper per loaded
+// direction, each starting at its base rate with autorate-ingress on.
+func (r *replay) wireController() error {
+	ec := r.scheme.Estimator
+	if ec.Budget == 0 {
+		ec.Budget = r.cfg.Budget
 	}
-	if scheme.AutorateIngress {
-		for _, d := range estimator.Directions {
-			if traces[d] == nil {
-				continue
-			}
-			bounds[d] = DefaultBounds(traces[d], cfg.Duration)
-			if b := cfg.Bounds[d]; b != nil {
-				bounds[d] = *b
-			}
-			m.paths[d].setRate(bounds[d].Base)
-			m.paths[d].cake.peak = bounds[d].Base / 8
-			m.paths[d].autorate = true
-		}
+	est, err := estimator.New(ec)
+	if err != nil {
+		return err
 	}
-
-	refl := m.reflectors()
-	probeEvery := 1000 / cfg.ProbeRate
-	nextProbe := 0.0
-	probeIdx := 0
-	var pending []pendingSample
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * float64(time.Millisecond))) }
-	tick := cfg.Tick.Milliseconds()
-	half := float64(cfg.BaseRTT.Milliseconds()) / 2
-
-	scores := [2][]float32{}
+	cc := r.scheme.Controller
+	cc.Tick = r.cfg.Tick
+	var shs [2]controller.Shaper
+	var pols [2]policies.Policy
 	for _, d := range estimator.Directions {
-		if traces[d] != nil {
-			scores[d] = make([]float32, 0, dur/scoreEvery+1)
-		}
-	}
-	var series [2]*Series
-	var lastDelivered [2]int64
-	if cfg.Series {
-		for _, d := range estimator.Directions {
-			if traces[d] != nil {
-				series[d] = &Series{}
-			}
-		}
-	}
-	var rateSum [2]float64
-	var queues [2][]int64 // the oracle's view of the bottleneck's queue
-	var trains int        // packet trains CAKE's estimator has closed
-	var rateN [2]int
-	changes := [2]int{}
-	ctx := context.Background()
-	idle := func() bool { return ctrl != nil && ctrl.State() == controller.Idle }
-
-	for now := int64(0); now < dur; now += stepMs {
-		if now%scoreEvery < stepMs {
-			for _, p := range m.paths {
-				p.wait, p.empty = p.fifoWait(now)
-			}
-			if scheme.Oracle != nil {
-				for _, d := range estimator.Directions {
-					if traces[d] != nil {
-						// The queue as it stood at each score, as far back as the lag.
-						queues[d] = append(queues[d], m.paths[d].bqBytes)
-						if keep := int(scheme.Oracle.Lag.Milliseconds()/scoreEvery) + 1; len(queues[d]) > 2*keep {
-							queues[d] = append(queues[d][:0], queues[d][len(queues[d])-keep:]...)
-						}
-						m.paths[d].setRate(scheme.Oracle.rate(traces[d], now, queues[d], means[d]))
-					}
-				}
-			}
-		}
-		down, up := m.paths[estimator.Down], m.paths[estimator.Up]
-		down.step(now, up.wait+up.sparseWait())
-		up.step(now, down.wait+down.sparseWait()+down.empty)
-		if scheme.AutorateIngress && traces[estimator.Down] != nil && down.cake.trains != trains {
-			trains = down.cake.trains
-			down.setRate(down.cake.bps() * 15 / 16)
-		}
-
-		// The controller's probes.
-		if float64(now) >= nextProbe && !idle() && ctrl != nil {
-			r := refl[probeIdx%len(refl)]
-			probeIdx++
-			nextProbe += probeEvery
-			if m.rng.Float64() >= cfg.ProbeLoss {
-				upD := half + r.extra/2 + up.sparseWait() + up.wait + up.empty + m.jitter()
-				downD := half + r.extra/2 + down.wait + down.empty + down.sparseWait() + m.jitter()
-				sent := float64(now)
-				arrive := sent + upD + downD
-				if cfg.Echo {
-					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
-				} else {
-					// ICMP timestamps: whole milliseconds of two clocks.
-					tx := math.Floor(sent + upD + r.offset)
-					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - sent)}})
-					pending = insertSample(pending, pendingSample{arrive, estimator.Sample{Reflector: r.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
-				}
-			}
-		} else if idle() {
-			nextProbe = float64(now) + probeEvery
-		}
-		if len(pending) > 0 && ctrl != nil {
-			n := 0
-			for n < len(pending) && pending[n].arrive <= float64(now) {
-				ctrl.AddSample(pending[n].s)
-				n++
-			}
-			pending = append(pending[:0], pending[n:]...)
-		}
-		if ctrl != nil && now%tick < stepMs {
-			decs, err := ctrl.Tick(ctx, at(float64(now)))
-			if err != nil {
-				return nil, err
-			}
-			for _, dec := range decs {
-				changes[dec.Direction]++
-			}
-		}
-
-		if now%scoreEvery < stepMs {
-			for _, d := range estimator.Directions {
-				if traces[d] == nil {
-					continue
-				}
-				p := m.paths[d]
-				scores[d] = append(scores[d], float32(p.wait+p.sparseWait()))
-				if p.rate > 0 {
-					rateSum[d] += p.rate
-					rateN[d]++
-				}
-				if sr := series[d]; sr != nil && now%seriesEvery < stepMs && now >= seriesEvery {
-					end := now - now%seriesEvery
-					n := int(seriesEvery / scoreEvery)
-					recent := scores[d][max(len(scores[d])-n, 0):]
-					sum := 0.0
-					for _, v := range recent {
-						sum += float64(v)
-					}
-					sr.T = append(sr.T, float64(end)/1000)
-					sr.Capacity = append(sr.Capacity, round3(traces[d].RateAt(end-seriesEvery, seriesEvery)/1e6))
-					sr.Rate = append(sr.Rate, round3(p.rate/1e6))
-					sr.Goodput = append(sr.Goodput, round3(float64(p.delivered-lastDelivered[d])*8/seriesEvery/1e3))
-					sr.Delay = append(sr.Delay, round3(sum/float64(max(len(recent), 1))))
-					if d == estimator.Down && cfg.CapacityEstimate && p.rate > 0 {
-						sr.CapacityEstimate = append(sr.CapacityEstimate, round3(p.cake.bps()/1e6))
-					}
-					lastDelivered[d] = p.delivered
-				}
-			}
-		}
-	}
-
-	var out []Result
-	for _, d := range estimator.Directions {
-		if traces[d] == nil {
+		if r.traces[d] == nil {
 			continue
 		}
-		p := m.paths[d]
-		capBits := float64(traces[d].Cum(dur)) * 8
-		r := Result{
+		b := r.bounds(d)
+		cc.Directions[d].Bounds = b
+		if pols[d], err = r.scheme.Policy(d, b, r.means[d]); err != nil {
+			return err
+		}
+		shs[d] = &simShaper{p: r.m.paths[d]}
+		r.m.paths[d].startAutorate(b.Base)
+	}
+	r.ctrl, err = controller.New(cc, est, shs, pols, &probeSwitch{})
+	return err
+}
+
+// bounds are d's rate bounds: the run's own, or DefaultBounds of its trace.
+func (r *replay) bounds(d estimator.Direction) policies.Bounds {
+	if b := r.cfg.Bounds[d]; b != nil {
+		return *b
+	}
+	return DefaultBounds(r.traces[d], r.cfg.Duration)
+}
+
+// startAutorate sets p's shaper to base with CAKE's autorate-ingress on and
+// its estimate starting from base.
+func (p *path) startAutorate(base float64) {
+	p.setRate(base)
+	p.cake.peak = base / 8
+	p.autorate = true
+}
+
+// step advances the run by one model step at now (ms): the oracle, both
+// paths, autorate-ingress, the controller's probes and tick, and the score.
+func (r *replay) step(now int64) error {
+	scoring := now%scoreEvery < stepMs
+	if scoring {
+		for _, p := range r.m.paths {
+			p.wait, p.empty = p.fifoWait(now)
+		}
+		if r.scheme.Oracle != nil {
+			r.followOracle(now)
+		}
+	}
+	down, up := r.m.paths[estimator.Down], r.m.paths[estimator.Up]
+	down.step(now, up.wait+up.sparseWait())
+	up.step(now, down.wait+down.sparseWait()+down.empty)
+	if r.scheme.AutorateIngress && r.traces[estimator.Down] != nil && down.cake.trains != r.trains {
+		r.trains = down.cake.trains
+		down.setRate(down.cake.bps() * 15 / 16)
+	}
+	if r.ctrl != nil {
+		r.sendProbe(now)
+		r.deliver(now)
+		if now%r.cfg.Tick.Milliseconds() < stepMs {
+			decs, err := r.ctrl.Tick(context.Background(), at(float64(now)))
+			if err != nil {
+				return err
+			}
+			for _, dec := range decs {
+				r.changes[dec.Direction]++
+			}
+		}
+	}
+	if scoring {
+		r.score(now)
+	}
+	return nil
+}
+
+// followOracle keeps the bottleneck's queue as far back as the oracle's lag
+// and sets each loaded direction's shaper to the oracle's rate.
+func (r *replay) followOracle(now int64) {
+	o := r.scheme.Oracle
+	keep := int(o.Lag.Milliseconds()/scoreEvery) + 1
+	for _, d := range estimator.Directions {
+		if r.traces[d] == nil {
+			continue
+		}
+		r.queues[d] = append(r.queues[d], r.m.paths[d].bqBytes)
+		if len(r.queues[d]) > 2*keep {
+			r.queues[d] = append(r.queues[d][:0], r.queues[d][len(r.queues[d])-keep:]...)
+		}
+		r.m.paths[d].setRate(o.rate(r.traces[d], now, r.queues[d], r.means[d]))
+	}
+}
+
+// sendProbe sends the controller's next probe when one is due and the
+// controller is not idle, and queues its answers with the delays the
+// model's queues, the reflector and jitter give, unless the probe is lost.
+func (r *replay) sendProbe(now int64) {
+	if r.ctrl.State() == controller.Idle {
+		r.nextProbe = float64(now) + r.probeEvery
+		return
+	}
+	if float64(now) < r.nextProbe {
+		return
+	}
+	rf := r.refl[r.probeIdx%len(r.refl)]
+	r.probeIdx++
+	r.nextProbe += r.probeEvery
+	if !(r.m.rng.Float64() >= r.cfg.ProbeLoss) {
+		return
+	}
+	down, up := r.m.paths[estimator.Down], r.m.paths[estimator.Up]
+	half := float64(r.cfg.BaseRTT.Milliseconds()) / 2
+	upD := half + rf.extra/2 + up.sparseWait() + up.wait + up.empty + r.m.jitter()
+	downD := half + rf.extra/2 + down.wait + down.empty + down.sparseWait() + r.m.jitter()
+	sent := float64(now)
+	arrive := sent + upD + downD
+	if r.cfg.Echo {
+		r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
+		return
+	}
+	// ICMP timestamps: whole milliseconds of two clocks.
+	tx := math.Floor(sent + upD + rf.offset)
+	r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.OWDUp, Sent: at(sent), Delay: msDur(tx - sent)}})
+	r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.OWDDown, Sent: at(sent), Delay: msDur(math.Floor(arrive) - tx)}})
+}
+
+// deliver hands the controller the answers that have arrived by now.
+func (r *replay) deliver(now int64) {
+	n := 0
+	for n < len(r.pending) && r.pending[n].arrive <= float64(now) {
+		r.ctrl.AddSample(r.pending[n].s)
+		n++
+	}
+	r.pending = append(r.pending[:0], r.pending[n:]...)
+}
+
+// score records each loaded direction's added delay as the independent
+// probe sees it and its shaper's rate, and its series point when one ends.
+func (r *replay) score(now int64) {
+	for _, d := range estimator.Directions {
+		if r.traces[d] == nil {
+			continue
+		}
+		p := r.m.paths[d]
+		r.scores[d] = append(r.scores[d], float32(p.wait+p.sparseWait()))
+		if p.rate > 0 {
+			r.rateSum[d] += p.rate
+			r.rateN[d]++
+		}
+		if r.series[d] != nil && now%seriesEvery < stepMs && now >= seriesEvery {
+			r.addSeries(d, now)
+		}
+	}
+}
+
+// addSeries appends d's point for the seriesEvery that ends at now.
+func (r *replay) addSeries(d estimator.Direction, now int64) {
+	sr, p := r.series[d], r.m.paths[d]
+	end := now - now%seriesEvery
+	n := int(seriesEvery / scoreEvery)
+	recent := r.scores[d][max(len(r.scores[d])-n, 0):]
+	sum := 0.0
+	for _, v := range recent {
+		sum += float64(v)
+	}
+	sr.T = append(sr.T, float64(end)/1000)
+	sr.Capacity = append(sr.Capacity, round3(r.traces[d].RateAt(end-seriesEvery, seriesEvery)/1e6))
+	sr.Rate = append(sr.Rate, round3(p.rate/1e6))
+	sr.Goodput = append(sr.Goodput, round3(float64(p.delivered-r.lastDelivered[d])*8/seriesEvery/1e3))
+	sr.Delay = append(sr.Delay, round3(sum/float64(max(len(recent), 1))))
+	if d == estimator.Down && r.cfg.CapacityEstimate && p.rate > 0 {
+		sr.CapacityEstimate = append(sr.CapacityEstimate, round3(p.cake.bps()/1e6))
+	}
+	r.lastDelivered[d] = p.delivered
+}
+
+// results scores each loaded direction of the finished run.
+func (r *replay) results() []Result {
+	cfg, scheme := r.cfg, r.scheme
+	var out []Result
+	for _, d := range estimator.Directions {
+		if r.traces[d] == nil {
+			continue
+		}
+		p := r.m.paths[d]
+		capBits := float64(r.traces[d].Cum(cfg.Duration.Milliseconds())) * 8
+		res := Result{
 			Scheme:       scheme.Name,
 			Direction:    d.String(),
 			CapacityMbps: capBits / cfg.Duration.Seconds() / 1e6,
 			GoodputMbps:  float64(p.delivered) * 8 / cfg.Duration.Seconds() / 1e6,
-			RateChanges:  changes[d],
+			RateChanges:  r.changes[d],
 			Drops:        p.drops,
 		}
 		if capBits > 0 {
-			r.Utilization = float64(p.delivered) * 8 / capBits
+			res.Utilization = float64(p.delivered) * 8 / capBits
 		}
-		if rateN[d] > 0 {
-			r.MeanRateMbps = rateSum[d] / float64(rateN[d]) / 1e6
+		if r.rateN[d] > 0 {
+			res.MeanRateMbps = r.rateSum[d] / float64(r.rateN[d]) / 1e6
 		}
-		r.Series = series[d]
-		ScoreDelays(&r, scores[d], scoreEvery*time.Millisecond, traces[d], cfg.Budget, cfg.Duration,
+		res.Series = r.series[d]
+		ScoreDelays(&res, r.scores[d], scoreEvery*time.Millisecond, r.traces[d], cfg.Budget, cfg.Duration,
 			scheme.Policy != nil || scheme.Oracle != nil || scheme.AutorateIngress)
-		out = append(out, roundResult(r))
+		out = append(out, roundResult(res))
 	}
-	return out, nil
+	return out
 }
 
 // DefaultBounds derives a direction's bounds from its trace, as a user who
@@ -583,8 +659,10 @@ func insertSample(list []pendingSample, p pendingSample) []pendingSample {
 // simShaper is the controller's view of a path's shaper.
 type simShaper struct{ p *path }
 
-func (s *simShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, error) {
-	ch := actuator.Change{Iface: s.p.dir.String(), Kind: "sim", From: uint64(s.p.rate), To: bps, Wrote: uint64(s.p.rate) != bps}
+var _ controller.Shaper = (*simShaper)(nil)
+
+func (s *simShaper) SetRate(_ context.Context, bps uint64) (controller.Change, error) {
+	ch := controller.Change{Iface: s.p.dir.String(), Kind: "sim", Wrote: uint64(s.p.rate) != bps}
 	if ch.Wrote && s.p.autorate {
 		// The actuator's write takes the rate over from CAKE's
 		// autorate-ingress, which stops estimating.
@@ -595,9 +673,9 @@ func (s *simShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, err
 	return ch, nil
 }
 
-func (s *simShaper) Stats(context.Context) (actuator.Stats, error) {
+func (s *simShaper) Stats(context.Context) (controller.ShaperStats, error) {
 	// The model moves whole packets of PacketBytes through the shaper.
-	st := actuator.Stats{Bytes: s.p.shaped, Packets: s.p.shaped / PacketBytes,
+	st := controller.ShaperStats{Bytes: s.p.shaped, Packets: s.p.shaped / PacketBytes,
 		Drops: uint64(s.p.sqDrops) / PacketBytes, Backlog: uint64(s.p.sqBytes)}
 	if s.p.dir == estimator.Down && s.p.m.cfg.CapacityEstimate {
 		st.CapacityEstimate = uint64(s.p.cake.bps())

@@ -90,31 +90,28 @@ func (st stateFile) save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// dryShaper stands in for the shaper in --dry-run: it logs what it would
-// write and reads the interface's counters (received bytes for download,
-// sent for upload), so the loop sees the traffic.
+// dryShaper stands in for the shaper in --dry-run: it writes nothing (the
+// decision log shows each rate with qdisc "dry-run") and reads the
+// interface's counters (received bytes for download, sent for upload), so
+// the loop sees the traffic.
 type dryShaper struct {
 	iface string
 	rx    bool
-	log   *zap.Logger
-	rate  uint64
 }
 
-func (s *dryShaper) SetRate(_ context.Context, bps uint64) (actuator.Change, error) {
-	ch := actuator.Change{Iface: s.iface, Kind: "dry-run", From: s.rate, To: bps}
-	s.rate = bps
-	return ch, nil
+func (s *dryShaper) SetRate(context.Context, uint64) (controller.Change, error) {
+	return controller.Change{Iface: s.iface, Kind: "dry-run"}, nil
 }
 
-func (s *dryShaper) Stats(context.Context) (actuator.Stats, error) {
+func (s *dryShaper) Stats(context.Context) (controller.ShaperStats, error) {
 	rx, tx, err := actuator.Counters(s.iface, 0)
 	if err != nil {
-		return actuator.Stats{}, err
+		return controller.ShaperStats{}, err
 	}
 	if s.rx {
-		return actuator.Stats{Bytes: rx}, nil
+		return controller.ShaperStats{Bytes: rx}, nil
 	}
-	return actuator.Stats{Bytes: tx}, nil
+	return controller.ShaperStats{Bytes: tx}, nil
 }
 
 // summary gathers a minute of observations for one INFO line.

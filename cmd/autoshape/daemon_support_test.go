@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 )
@@ -167,7 +168,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	dir := t.TempDir()
 	addrA, addrB := freePort(t), freePort(t)
-	cur := Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
+	cur := config.Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
 	d := &daemon{log: log, level: level, metrics: NewMetrics(reg, "v"), server: &metricsServer{reg: reg, log: log}}
 	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
 	ctx := context.Background()
@@ -176,7 +177,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	defer d.server.stop()
 	// A link that runs on through the reload.
-	r := newLinkRunner(LinkConfig{Name: "wan"}, false, log, d.metrics, d.decisions)
+	r := newLinkRunner(config.Link{Name: "wan"}, false, log, d.metrics, d.decisions)
 	dec := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
 	r.record(dec)
 

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -38,7 +39,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 	if *path == "" {
 		return usagef("-c FILE is required")
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		return usageError{err}
 	}
@@ -105,7 +106,7 @@ type daemon struct {
 
 // run starts the links, reloads on SIGHUP, and on cancellation leaves the
 // shapers at a safe rate (or removes what it set up) and saves the state.
-func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) error {
+func (d *daemon) run(ctx context.Context, cfg config.Config, hup <-chan os.Signal) error {
 	d.links = map[string]*linkRunner{}
 	d.failed = make(chan error, 1)
 	d.state = loadState(cfg.StateFile, d.log)
@@ -136,7 +137,7 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 			d.shutdown(cfg)
 			return err
 		case <-hup:
-			next, err := loadConfig(d.path)
+			next, err := config.Load(d.path)
 			if err != nil {
 				d.log.Error("reload refused: keeping the running configuration", zap.Error(err))
 				continue
@@ -155,7 +156,7 @@ func (d *daemon) run(ctx context.Context, cfg Config, hup <-chan os.Signal) erro
 // link's: the log level, the metrics server's address and the decision
 // file. Every link, changed or not, writes its next decision to the new
 // file.
-func (d *daemon) reconfigure(ctx context.Context, cur, next Config) {
+func (d *daemon) reconfigure(ctx context.Context, cur, next config.Config) {
 	if next.LogLevel != cur.LogLevel {
 		if err := d.level.UnmarshalText([]byte(next.LogLevel)); err != nil {
 			d.log.Error("failed to change the log level", zap.String("level", next.LogLevel), zap.Error(err))
@@ -179,10 +180,10 @@ func (d *daemon) reconfigure(ctx context.Context, cur, next Config) {
 
 // apply makes the running links match cfg: new links start, removed ones
 // stop as on exit, changed ones restart from the rates they had reached.
-func (d *daemon) apply(ctx context.Context, cfg Config) {
+func (d *daemon) apply(ctx context.Context, cfg config.Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	want := map[string]LinkConfig{}
+	want := map[string]config.Link{}
 	for _, l := range cfg.Links {
 		want[l.Interface] = l
 	}
@@ -204,7 +205,7 @@ func (d *daemon) apply(ctx context.Context, cfg Config) {
 	}
 }
 
-func linkEqual(a, b LinkConfig) bool {
+func linkEqual(a, b config.Link) bool {
 	return a.Name == b.Name && a.Interface == b.Interface && a.IFB == b.IFB && a.Backend == b.Backend &&
 		a.Attach == b.Attach && a.Replace == b.Replace && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions &&
 		a.Method == b.Method && slices.Equal(a.Reflectors, b.Reflectors) &&
@@ -212,7 +213,7 @@ func linkEqual(a, b LinkConfig) bool {
 }
 
 // shutdown stops every link as configured and saves the state.
-func (d *daemon) shutdown(cfg Config) {
+func (d *daemon) shutdown(cfg config.Config) {
 	d.mu.Lock()
 	for name, r := range d.links {
 		d.state.Links[r.cfg.Name] = r.stop(cfg.RemoveOnExit && !r.cfg.Attach)
@@ -237,7 +238,7 @@ func (d *daemon) saveState(path string) {
 
 // A linkRunner runs one link: its shapers, probes, estimator and controller.
 type linkRunner struct {
-	cfg     LinkConfig
+	cfg     config.Link
 	dryRun  bool
 	log     *zap.Logger
 	metrics *Metrics
@@ -253,7 +254,7 @@ type linkRunner struct {
 	pool  *probe.Pool
 }
 
-func newLinkRunner(l LinkConfig, dry bool, log *zap.Logger, m *Metrics, dec *controller.RecordFile) *linkRunner {
+func newLinkRunner(l config.Link, dry bool, log *zap.Logger, m *Metrics, dec *controller.RecordFile) *linkRunner {
 	return &linkRunner{cfg: l, dryRun: dry, log: log, metrics: m, dec: dec}
 }
 
@@ -334,11 +335,11 @@ func (r *linkRunner) snapshot() linkState {
 // with a capped backoff while the interface or the qdiscs are missing. A
 // root qdisc that autoshape did not create, in setup mode without replace,
 // ends the link: waiting will not remove it.
-func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
+func (r *linkRunner) shapers(ctx context.Context) ([2]controller.Shaper, error) {
 	if r.dryRun {
-		return [2]actuator.Shaper{
-			estimator.Down: &dryShaper{iface: r.cfg.Interface, rx: true, log: r.log},
-			estimator.Up:   &dryShaper{iface: r.cfg.Interface, log: r.log},
+		return [2]controller.Shaper{
+			estimator.Down: &dryShaper{iface: r.cfg.Interface, rx: true},
+			estimator.Up:   &dryShaper{iface: r.cfg.Interface},
 		}, nil
 	}
 	backoff := 500 * time.Millisecond
@@ -360,22 +361,36 @@ func (r *linkRunner) shapers(ctx context.Context) ([2]actuator.Shaper, error) {
 			r.mu.Lock()
 			r.link = l
 			r.mu.Unlock()
-			return [2]actuator.Shaper{estimator.Down: l.Down(), estimator.Up: l.Up()}, nil
+			return [2]controller.Shaper{estimator.Down: shaperOf{l.Down()}, estimator.Up: shaperOf{l.Up()}}, nil
 		}
 		if errors.Is(err, actuator.ErrForeignQdisc) {
-			return [2]actuator.Shaper{}, fmt.Errorf("%w; autoshape left it as it is: set replace = true in this [[link]] to replace it", err)
+			return [2]controller.Shaper{}, fmt.Errorf("%w; autoshape left it as it is: set replace = true in this [[link]] to replace it", err)
 		}
 		if actuator.IsPermission(err) || errors.Is(err, actuator.ErrNotSupported) {
-			return [2]actuator.Shaper{}, err // waiting will not help
+			return [2]controller.Shaper{}, err // waiting will not help
 		}
 		r.log.Warn("shaping not ready, retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		select {
 		case <-ctx.Done():
-			return [2]actuator.Shaper{}, ctx.Err()
+			return [2]controller.Shaper{}, ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// shaperOf adapts an actuator's Shaper to the controller's.
+type shaperOf struct{ s actuator.Shaper }
+
+func (a shaperOf) SetRate(ctx context.Context, bps uint64) (controller.Change, error) {
+	ch, err := a.s.SetRate(ctx, bps)
+	return controller.Change{Iface: ch.Iface, Kind: ch.Kind, Wrote: ch.Wrote}, err
+}
+
+func (a shaperOf) Stats(ctx context.Context) (controller.ShaperStats, error) {
+	st, err := a.s.Stats(ctx)
+	return controller.ShaperStats{Bytes: st.Bytes, Packets: st.Packets, WireBytes: st.WireBytes, Drops: st.Drops,
+		Backlog: st.Backlog, CapacityEstimate: st.CapacityEstimate, AutorateIngress: st.AutorateIngress}, err
 }
 
 // run is the link's loop: samples into the estimator, a controller tick
@@ -421,7 +436,7 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 	ccfg.Link = r.cfg.Name
 	for _, d := range estimator.Directions {
 		ccfg.Directions[d] = r.cfg.Directions[d]
-		if pols[d], err = newPolicy(r.cfg); err != nil {
+		if pols[d], err = config.NewPolicy(r.cfg); err != nil {
 			return err
 		}
 	}
@@ -518,16 +533,6 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 			failing = err != nil
 		}
 	}
-}
-
-// newPolicy builds one direction's policy as the link's configuration names
-// it. The classic policy has its own thresholds and ignores the budget
-// (which still sets the estimator's bloat threshold).
-func newPolicy(l LinkConfig) (policies.Policy, error) {
-	if l.Policy == PolicyClassic {
-		return policies.NewClassic(policies.DefaultClassicConfig())
-	}
-	return policies.NewBudget(policies.BudgetConfig{Budget: l.Budget})
 }
 
 // record logs a decision (one INFO line with its reasons), counts it and

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
@@ -61,7 +62,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if *path == "" {
 		return usagef("-c FILE is required")
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		return usageError{err}
 	}
@@ -161,10 +162,10 @@ func (e *loadError) Error() string { return fmt.Sprintf("the %s load failed: %v"
 func (e *loadError) Unwrap() error { return e.err }
 
 // pickLink finds the named link, or the only one.
-func pickLink(cfg Config, name string) (LinkConfig, error) {
+func pickLink(cfg config.Config, name string) (config.Link, error) {
 	if name == "" {
 		if len(cfg.Links) != 1 {
-			return LinkConfig{}, fmt.Errorf("the configuration has %d links: name one with --link", len(cfg.Links))
+			return config.Link{}, fmt.Errorf("the configuration has %d links: name one with --link", len(cfg.Links))
 		}
 		return cfg.Links[0], nil
 	}
@@ -173,7 +174,7 @@ func pickLink(cfg Config, name string) (LinkConfig, error) {
 			return l, nil
 		}
 	}
-	return LinkConfig{}, fmt.Errorf("--link %q: no such link in the configuration", name)
+	return config.Link{}, fmt.Errorf("--link %q: no such link in the configuration", name)
 }
 
 // A sweepPlan is what one sweep does: per direction, the shaper at each
@@ -552,7 +553,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // sweepLink sets the link's shaping up (or attaches to it), starts the
 // probes, runs the plan and then puts things back: what setup made is
 // removed; attached shapers get their rates back.
-func sweepLink(ctx context.Context, l LinkConfig, p sweepPlan, load loadSource, log *zap.Logger) (sweepReport, error) {
+func sweepLink(ctx context.Context, l config.Link, p sweepPlan, load loadSource, log *zap.Logger) (sweepReport, error) {
 	var link *actuator.Link
 	var err error
 	if l.Attach {

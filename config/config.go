@@ -1,10 +1,13 @@
-package main
+// Package config reads, checks and writes autoshape's TOML configuration:
+// a strict decode (an unknown key is an error) into raw structs, then a
+// conversion into checked, typed values with the user's key and units in
+// every message. What Parse passes, the daemon's parts accept at start.
+package config
 
 import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -21,63 +24,63 @@ import (
 	"github.com/autoshape/autoshape/probe"
 )
 
-// referenceConfig is the commented configuration `autoshape config default`
-// prints; the tests parse it.
+// Reference is the commented reference configuration (`autoshape config
+// default` prints it); the tests parse it.
 //
 //go:embed reference.toml
-var referenceConfig string
+var Reference string
 
 // rawConfig is the TOML as written; toConfig checks it and converts it.
 type rawConfig struct {
-	StateFile string    `toml:"state_file"`
-	OnExit    string    `toml:"on_exit"`
-	Log       rawLog    `toml:"log"`
-	Metrics   rawMetric `toml:"metrics"`
-	Links     []rawLink `toml:"link"`
+	StateFile string    `toml:"state_file,omitempty"`
+	OnExit    string    `toml:"on_exit,omitempty"`
+	Log       rawLog    `toml:"log,omitempty"`
+	Metrics   rawMetric `toml:"metrics,omitempty"`
+	Links     []rawLink `toml:"link,omitempty"`
 }
 
 type rawLog struct {
-	Level          string `toml:"level"`
-	Decisions      string `toml:"decisions"`
-	DecisionsMaxMB int    `toml:"decisions_max_mb"`
+	Level          string `toml:"level,omitempty"`
+	Decisions      string `toml:"decisions,omitempty"`
+	DecisionsMaxMB int    `toml:"decisions_max_mb,omitempty"`
 }
 
 type rawMetric struct {
-	Listen *string `toml:"listen"`
+	Listen *string `toml:"listen,omitempty"`
 }
 
 type rawLink struct {
-	Name      string       `toml:"name"`
-	Interface string       `toml:"interface"`
-	IFB       string       `toml:"ifb"`
-	Backend   string       `toml:"backend"`
-	Mode      string       `toml:"mode"`
-	Replace   bool         `toml:"replace"`
-	Budget    string       `toml:"budget"`
-	Policy    string       `toml:"policy"`
-	Overhead  int          `toml:"overhead"`
-	MPU       int          `toml:"mpu"`
-	LinkLayer string       `toml:"link_layer"`
-	Download  rawDirection `toml:"download"`
-	Upload    rawDirection `toml:"upload"`
-	Probe     rawProbe     `toml:"probe"`
+	Name      string       `toml:"name,omitempty"`
+	Interface string       `toml:"interface,omitempty"`
+	IFB       string       `toml:"ifb,omitempty"`
+	Backend   string       `toml:"backend,omitempty"`
+	Mode      string       `toml:"mode,omitempty"`
+	Replace   bool         `toml:"replace,omitempty"`
+	Budget    string       `toml:"budget,omitempty"`
+	Policy    string       `toml:"policy,omitempty"`
+	Overhead  int          `toml:"overhead,omitempty"`
+	MPU       int          `toml:"mpu,omitempty"`
+	LinkLayer string       `toml:"link_layer,omitempty"`
+	Download  rawDirection `toml:"download,omitempty"`
+	Upload    rawDirection `toml:"upload,omitempty"`
+	Probe     rawProbe     `toml:"probe,omitempty"`
 }
 
 type rawDirection struct {
-	Min  string `toml:"min"`
-	Base string `toml:"base"`
-	Max  string `toml:"max"`
-	Safe string `toml:"safe"`
+	Min  string `toml:"min,omitempty"`
+	Base string `toml:"base,omitempty"`
+	Max  string `toml:"max,omitempty"`
+	Safe string `toml:"safe,omitempty"`
 }
 
 type rawProbe struct {
-	Method     string   `toml:"method"`
-	Reflectors []string `toml:"reflectors"`
-	Active     int      `toml:"active"`
-	Rate       float64  `toml:"rate"`
+	Method     string   `toml:"method,omitempty"`
+	Reflectors []string `toml:"reflectors,omitempty"`
+	Active     int      `toml:"active,omitempty"`
+	Rate       float64  `toml:"rate,omitempty"`
 }
 
-// Config is a checked configuration.
+// A Config is a checked configuration.
 type Config struct {
 	StateFile      string
 	RemoveOnExit   bool // false: leave the shapers at their base rates
@@ -85,7 +88,7 @@ type Config struct {
 	Decisions      string
 	DecisionsMaxMB int
 	MetricsListen  string // "" disables the metrics server
-	Links          []LinkConfig
+	Links          []Link
 }
 
 // A PolicyName names the policy that chooses a link's rates.
@@ -101,8 +104,8 @@ const (
 	PolicyClassic PolicyName = "classic"
 )
 
-// LinkConfig is one shaped link.
-type LinkConfig struct {
+// A Link is one shaped link.
+type Link struct {
 	Name, Interface, IFB string
 	Backend              actuator.Backend
 	Attach               bool // attach to shaping something else made
@@ -117,22 +120,22 @@ type LinkConfig struct {
 	ProbeRate            float64
 }
 
-// loadConfig reads and checks a configuration file.
-func loadConfig(path string) (Config, error) {
+// Load reads and checks a configuration file.
+func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, err
 	}
-	cfg, err := parseConfig(string(b))
+	cfg, err := Parse(string(b))
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
 }
 
-// parseConfig decodes TOML strictly (an unknown key is an error) and checks
+// Parse decodes TOML strictly (an unknown key is an error) and checks
 // every value, naming the key of the first problem.
-func parseConfig(text string) (Config, error) {
+func Parse(text string) (Config, error) {
 	var raw rawConfig
 	md, err := toml.Decode(text, &raw)
 	if err != nil {
@@ -267,8 +270,8 @@ func keyErr(key string, format string, a ...any) error {
 	return fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...))
 }
 
-func (rl rawLink) toLink() (LinkConfig, error) {
-	l := LinkConfig{Name: rl.Name, Interface: rl.Interface, IFB: rl.IFB, ActiveReflectors: rl.Probe.Active, ProbeRate: rl.Probe.Rate}
+func (rl rawLink) toLink() (Link, error) {
+	l := Link{Name: rl.Name, Interface: rl.Interface, IFB: rl.IFB, ActiveReflectors: rl.Probe.Active, ProbeRate: rl.Probe.Rate}
 	if l.Interface == "" {
 		return l, keyErr("interface", "missing: name the WAN interface")
 	}
@@ -387,7 +390,7 @@ func (rl rawLink) toLink() (LinkConfig, error) {
 // probes checks the [link.probe] table and fills in its defaults: the
 // built-in reflectors (IPv4 only for method = "timestamp"), as many active
 // as there are up to six, 40 probes per second.
-func (l *LinkConfig) probes(rp rawProbe) error {
+func (l *Link) probes(rp rawProbe) error {
 	seen := map[netip.Addr]string{}
 	for _, s := range rp.Reflectors {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
@@ -438,7 +441,7 @@ func (l *LinkConfig) probes(rp rawProbe) error {
 // mode, the actuator), so that what passes here also starts. The checks
 // above are meant to have caught everything in the user's terms already:
 // an error here is a gap in them.
-func (l LinkConfig) runnable() error {
+func (l Link) runnable() error {
 	pc := probe.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
 	if err := pc.Validate(); err != nil {
 		return keyErr("probe", "%v", err)
@@ -446,7 +449,7 @@ func (l LinkConfig) runnable() error {
 	if err := (estimator.Config{Budget: l.Budget}).Validate(); err != nil {
 		return keyErr("budget", "%v", err)
 	}
-	if _, err := newPolicy(l); err != nil {
+	if _, err := NewPolicy(l); err != nil {
 		return keyErr("policy", "%v", err)
 	}
 	cc := controller.Config{Link: l.Name, Directions: l.Directions}
@@ -520,28 +523,10 @@ func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, err
 	return dc, nil
 }
 
-// configCmd is `autoshape config default|check FILE`.
-func configCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("usage: autoshape config default | autoshape config check FILE")
+// NewPolicy returns the policy that link l runs.
+func NewPolicy(l Link) (policies.Policy, error) {
+	if l.Policy == PolicyClassic {
+		return policies.NewClassic(policies.DefaultClassicConfig())
 	}
-	switch args[0] {
-	case "default":
-		if len(args) != 1 {
-			return usagef("config default takes no arguments")
-		}
-		_, err := io.WriteString(stdout, referenceConfig)
-		return err
-	case "check":
-		if len(args) != 2 {
-			return usagef("usage: autoshape config check FILE")
-		}
-		cfg, err := loadConfig(args[1])
-		if err != nil {
-			return usageError{err}
-		}
-		fmt.Fprintf(stdout, "%s: ok (%d link(s))\n", args[1], len(cfg.Links))
-		return nil
-	}
-	return usagef("unknown config command %q (known: default, check)", args[0])
+	return policies.NewBudget(policies.BudgetConfig{Budget: l.Budget})
 }

@@ -1,17 +1,13 @@
-package main
+package config
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -22,7 +18,7 @@ import (
 )
 
 func TestReferenceConfigParses(t *testing.T) {
-	cfg, err := parseConfig(referenceConfig)
+	cfg, err := Parse(Reference)
 	if err != nil {
 		t.Fatalf("the reference config does not parse: %v", err)
 	}
@@ -56,9 +52,9 @@ max = "5mbit"
 `
 
 func TestMinimalConfig(t *testing.T) {
-	cfg, err := parseConfig(minimalLink)
+	cfg, err := Parse(minimalLink)
 	if err != nil {
-		t.Fatalf("parseConfig() failed: %v", err)
+		t.Fatalf("Parse() failed: %v", err)
 	}
 	l := cfg.Links[0]
 	if l.Name != "wan" || l.IFB != "ifb4wan" || l.Budget != 15*time.Millisecond || l.Policy != PolicyBudget || l.Backend != actuator.CAKE || l.Method != probe.Auto || l.Replace {
@@ -102,43 +98,16 @@ func TestBadConfigs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig(tt.text)
+			_, err := Parse(tt.text)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("parseConfig() error = %v, want it to mention %q", err, tt.want)
+				t.Errorf("Parse() error = %v, want it to mention %q", err, tt.want)
 			}
 		})
 	}
 }
 
-func TestConfigCommands(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"config", "default"}, &stdout, &stderr); code != 0 || stdout.String() != referenceConfig {
-		t.Errorf("config default: exit %d, printed %d bytes", code, stdout.Len())
-	}
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.toml")
-	os.WriteFile(good, []byte(referenceConfig), 0o644)
-	stdout.Reset()
-	if code := run([]string{"config", "check", good}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ok") {
-		t.Errorf("config check good: exit %d, %q %q", code, stdout.String(), stderr.String())
-	}
-	bad := filepath.Join(dir, "bad.toml")
-	os.WriteFile(bad, []byte("colour = 1\n"+minimalLink), 0o644)
-	stderr.Reset()
-	if code := run([]string{"config", "check", bad}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown key "colour"`) || !strings.Contains(stderr.String(), bad) {
-		t.Errorf("config check bad: exit %d, stderr %q", code, stderr.String())
-	}
-	for _, args := range [][]string{{"config"}, {"config", "frobnicate"}, {"config", "check"}, {"config", "check", filepath.Join(dir, "missing.toml")}} {
-		stderr.Reset()
-		if code := run(args, &stdout, &stderr); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
-		}
-	}
-}
-
 // TestPolicyChoice: the link's policy key picks the policy the daemon runs
-// (budget when left out); anything else is refused, naming the key, with exit
-// status 2.
+// (budget when left out); anything else is refused, naming the key.
 func TestPolicyChoice(t *testing.T) {
 	tests := []struct {
 		name, line string
@@ -156,31 +125,23 @@ func TestPolicyChoice(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			text := strings.Replace(minimalLink, `interface = "wan"`, "name = \"x\"\ninterface = \"wan\"\n"+tt.line, 1)
-			cfg, err := parseConfig(text)
+			cfg, err := Parse(text)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseConfig() error = %v, want it to mention %q", err, tt.wantErr)
-				}
-				path := filepath.Join(t.TempDir(), "bad.toml")
-				if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				var stderr bytes.Buffer
-				if code := run([]string{"run", "-c", path}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.wantErr) {
-					t.Errorf("run -c: exit %d, stderr %q; want 2 and %q", code, stderr.String(), tt.wantErr)
+					t.Fatalf("Parse() error = %v, want it to mention %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseConfig() failed: %v", err)
+				t.Fatalf("Parse() failed: %v", err)
 			}
 			l := cfg.Links[0]
 			if l.Policy != tt.want {
 				t.Errorf("policy = %q, want %q", l.Policy, tt.want)
 			}
-			p, err := newPolicy(l)
+			p, err := NewPolicy(l)
 			if err != nil {
-				t.Fatalf("newPolicy() failed: %v", err)
+				t.Fatalf("NewPolicy() failed: %v", err)
 			}
 			if p.Name() != string(tt.want) {
 				t.Errorf("the daemon runs the %q policy, want %q", p.Name(), tt.want)
@@ -192,18 +153,13 @@ func TestPolicyChoice(t *testing.T) {
 // TestReplaceKey: replace = true lets setup mode replace other software's
 // root qdiscs; a changed replace restarts the link on reload.
 func TestReplaceKey(t *testing.T) {
-	cfg, err := parseConfig(strings.Replace(minimalLink, `interface = "wan"`, "interface = \"wan\"\nmode = \"setup\"\nreplace = true", 1))
+	cfg, err := Parse(strings.Replace(minimalLink, `interface = "wan"`, "interface = \"wan\"\nmode = \"setup\"\nreplace = true", 1))
 	if err != nil {
-		t.Fatalf("parseConfig() failed: %v", err)
+		t.Fatalf("Parse() failed: %v", err)
 	}
 	l := cfg.Links[0]
 	if !l.Replace || l.Attach {
 		t.Errorf("link = %+v, want Replace in setup mode", l)
-	}
-	off := l
-	off.Replace = false
-	if linkEqual(l, off) {
-		t.Errorf("linkEqual ignores Replace")
 	}
 }
 
@@ -278,22 +234,12 @@ func TestConfigRefusesWhatCannotRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig(tt.text)
+			_, err := Parse(tt.text)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("parseConfig() error = %v, want it to mention %q", err, tt.want)
+				t.Fatalf("Parse() error = %v, want it to mention %q", err, tt.want)
 			}
 			if leaksGoNames(err) {
 				t.Errorf("the message %q names the code, not the configuration", err)
-			}
-			path := filepath.Join(t.TempDir(), "bad.toml")
-			if err := os.WriteFile(path, []byte(tt.text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			for _, args := range [][]string{{"config", "check", path}, {"run", "-c", path}} {
-				var stdout, stderr bytes.Buffer
-				if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.want) {
-					t.Errorf("%s: exit %d, stderr %q; want 2 and %q", strings.Join(args[:2], " "), code, stderr.String(), tt.want)
-				}
 			}
 		})
 	}
@@ -325,9 +271,9 @@ func leaksGoNames(err error) bool {
 func TestConfigFillsWhatTheDaemonRuns(t *testing.T) {
 	for _, method := range []string{"auto", "echo", "timestamp"} {
 		t.Run(method, func(t *testing.T) {
-			cfg, err := parseConfig(minimalLink + "[link.probe]\nmethod = \"" + method + "\"\n")
+			cfg, err := Parse(minimalLink + "[link.probe]\nmethod = \"" + method + "\"\n")
 			if err != nil {
-				t.Fatalf("parseConfig() failed: %v", err)
+				t.Fatalf("Parse() failed: %v", err)
 			}
 			l := cfg.Links[0]
 			if len(l.Reflectors) < 2 || l.ActiveReflectors < 2 || l.ActiveReflectors > len(l.Reflectors) || l.ProbeRate != probe.DefaultPoolRate {
@@ -356,52 +302,18 @@ func TestConfigLimits(t *testing.T) {
 		with(`max = "20mbit"`, `max = "10000gbit"`),
 		with(`interface = "wan"`, "interface = \"wan\"\nbudget = \"10s\"\noverhead = -64\n[link.probe]\nrate = 1000"),
 	} {
-		if _, err := parseConfig(text); err != nil {
-			t.Errorf("parseConfig(%q) failed: %v", text, err)
+		if _, err := Parse(text); err != nil {
+			t.Errorf("Parse(%q) failed: %v", text, err)
 		}
 	}
 }
 
-// linkLayerNames are the link_layer values by actuator.LinkLayer.
-var linkLayerNames = map[actuator.LinkLayer]string{actuator.Ethernet: "ethernet", actuator.ATM: "atm", actuator.PTM: "ptm"}
-
 // configText writes cfg back as the TOML that configures it.
 func configText(t *testing.T, cfg Config) string {
 	t.Helper()
-	onExit := "base"
-	if cfg.RemoveOnExit {
-		onExit = "remove"
-	}
-	raw := rawConfig{StateFile: cfg.StateFile, OnExit: onExit,
-		Log:     rawLog{Level: cfg.LogLevel, Decisions: cfg.Decisions, DecisionsMaxMB: cfg.DecisionsMaxMB},
-		Metrics: rawMetric{Listen: &cfg.MetricsListen}}
-	rate := func(bps float64) string {
-		if bps == 0 {
-			return ""
-		}
-		return controller.FormatRate(bps)
-	}
-	for _, l := range cfg.Links {
-		mode := "setup"
-		if l.Attach {
-			mode = "attach"
-		}
-		rl := rawLink{Name: l.Name, Interface: l.Interface, IFB: l.IFB, Backend: string(l.Backend), Mode: mode, Replace: l.Replace,
-			Budget: l.Budget.String(), Policy: string(l.Policy), Overhead: l.Framing.Overhead, MPU: int(l.Framing.MPU),
-			LinkLayer: linkLayerNames[l.Framing.LinkLayer],
-			Probe:     rawProbe{Method: l.Method.String(), Active: l.ActiveReflectors, Rate: l.ProbeRate}}
-		for _, a := range l.Reflectors {
-			rl.Probe.Reflectors = append(rl.Probe.Reflectors, a.String())
-		}
-		for d, dst := range map[estimator.Direction]*rawDirection{estimator.Down: &rl.Download, estimator.Up: &rl.Upload} {
-			dc := l.Directions[d]
-			*dst = rawDirection{Min: rate(dc.Bounds.Min), Base: rate(dc.Bounds.Base), Max: rate(dc.Bounds.Max), Safe: rate(dc.Safe)}
-		}
-		raw.Links = append(raw.Links, rl)
-	}
 	var b strings.Builder
-	if err := toml.NewEncoder(&b).Encode(raw); err != nil {
-		t.Fatalf("failed to encode %+v: %v", raw, err)
+	if err := Write(&b, cfg); err != nil {
+		t.Fatalf("Write(%+v) failed: %v", cfg, err)
 	}
 	return b.String()
 }
@@ -412,11 +324,11 @@ func configText(t *testing.T, cfg Config) string {
 // back the same when written out again.
 func FuzzConfig(f *testing.F) {
 	f.Add(minimalLink)
-	f.Add(referenceConfig)
+	f.Add(Reference)
 	f.Add(strings.Replace(minimalLink, `interface = "wan"`, "interface = \"wan\"\nbackend = \"htb\"\nmode = \"attach\"\noverhead = -3\nlink_layer = \"atm\"", 1))
 	f.Add(minimalLink + "[link.probe]\nmethod = \"timestamp\"\nreflectors = [\"192.0.2.1\", \"192.0.2.2\", \"2001:db8::1\"]\nactive = 2\nrate = 1e-300\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		cfg, err := parseConfig(text)
+		cfg, err := Parse(text)
 		if err != nil {
 			if leaksGoNames(err) {
 				t.Fatalf("the message %q names the code, not the configuration", err)
@@ -444,7 +356,7 @@ func FuzzConfig(f *testing.F) {
 			}
 		}
 		again := configText(t, cfg)
-		back, err := parseConfig(again)
+		back, err := Parse(again)
 		if err != nil {
 			t.Fatalf("the configuration written back does not parse: %v\n%s", err, again)
 		}
