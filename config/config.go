@@ -309,7 +309,7 @@ func (rl rawLink) toLink() (Link, error) {
 		return l, keyErr("replace", "true only goes with mode = \"setup\": attach mode never replaces a qdisc")
 	}
 	l.Replace = rl.Replace
-	l.Budget = 15 * time.Millisecond
+	l.Budget = estimator.DefaultBudget
 	if rl.Budget != "" {
 		d, err := time.ParseDuration(rl.Budget)
 		if err != nil || d <= 0 {

@@ -7,9 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 traces=${TRACES:-../shared/traces}
-bin=$(mktemp -d)/autoshape
+bin=$(mktemp -d)/autoshape-tools
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-go build -o "$bin" ./cmd/autoshape
+go build -o "$bin" ./cmd/autoshape-tools
 
 out=$(mktemp)
 {

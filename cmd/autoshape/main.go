@@ -14,6 +14,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// errHelp is returned after a command's -h: exit status 0.
+var errHelp = errors.New("help shown")
+
 // usageError marks errors caused by bad input: exit status 2.
 type usageError struct{ err error }
 
@@ -26,15 +29,14 @@ const usage = `usage: autoshape COMMAND [FLAGS]
 
 commands:
   run        the daemon: run -c FILE [--dry-run]
-  simulate   replay a capacity trace through the link model under several schemes
   shape      set up static shaping on an interface once, or remove it (needs CAP_NET_ADMIN)
-  plot       draw time series, delay distributions and sweeps as PNG or SVG
   sweep      shape at stepped fractions of the line rate under load and pick the knee
   calc       TCP goodput of a shaped rate for a link's framing (ATM, PTM, PPPoE, ...)
   config     default: print the reference configuration; check FILE: validate one
   version    print the version
 
-Run 'autoshape COMMAND -h' for a command's flags.
+Run 'autoshape COMMAND -h' for a command's flags. The simulator and the
+figures are in autoshape-tools.
 `
 
 func main() {
@@ -51,12 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		err = runDaemon(args[1:], stdout, stderr)
-	case "simulate":
-		err = simulate(args[1:], stdout, stderr)
 	case "shape":
 		err = shape(args[1:], stdout, stderr)
-	case "plot":
-		err = plotCmd(args[1:], stdout, stderr)
 	case "sweep":
 		err = sweepCmd(args[1:], stdout, stderr)
 	case "calc":

@@ -384,7 +384,11 @@ func testDaemonLifecycle(t *testing.T, l *daemonLab) {
 	if !l.holds("wan0", "5Mbit") {
 		t.Errorf("upload shaper after exit = %q %q, want the base rate 5Mbit", l.qdiscs("wan0"), l.classes("wan0"))
 	}
-	var st stateFile
+	var st struct {
+		Links map[string]struct {
+			DownKbit float64 `json:"down_kbit"`
+		} `json:"links"`
+	}
 	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &st) != nil || st.Links["wan"].DownKbit == 0 {
 		t.Errorf("state file after exit: %v %+v", err, st)
 	}

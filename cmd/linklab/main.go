@@ -170,7 +170,7 @@ func addLineFlags(fs *flag.FlagSet, defaultScenario string) lineFlags {
 		name:      fs.String("scenario", defaultScenario, "dsl, step or lte"),
 		traceDown: fs.String("trace-down", "", "download capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
 		traceUp:   fs.String("trace-up", "", "upload capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
-		budget:    fs.Duration("budget", 15*time.Millisecond, "latency budget"),
+		budget:    fs.Duration("budget", estimator.DefaultBudget, "latency budget"),
 	}
 }
 
@@ -506,7 +506,6 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	streams := fs.Int("streams", 4, "TCP streams per step")
 	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
 	asJSON := fs.Bool("json", false, "print the sweep's JSON")
-	plotOut := fs.String("plot", "", "also draw the sweep figure to this .png or .svg file")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -562,13 +561,6 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	sweepArgs = append(sweepArgs, "-c", conf, "--load", sweepLoad(self, top.Cli, ep.Addr(), *streams))
 	if *asJSON {
 		sweepArgs = append(sweepArgs, "--json")
-	}
-	if *plotOut != "" {
-		abs, err := filepath.Abs(*plotOut)
-		if err != nil {
-			return err
-		}
-		sweepArgs = append(sweepArgs, "--plot", abs)
 	}
 	cmd := exec.CommandContext(ctx, "ip", sweepArgs...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -59,11 +59,11 @@ func loadState(path string, log *zap.Logger) stateFile {
 	return st
 }
 
-// save writes the state atomically: a temporary file beside it, synced and
-// renamed into place.
-func (st stateFile) save(path string) error {
+// save writes the state, saved at now, atomically: a temporary file beside
+// it, synced and renamed into place.
+func (st stateFile) save(path string, now time.Time) error {
 	st.Version = 1
-	st.Saved = time.Now().UTC()
+	st.Saved = now.UTC()
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
@@ -88,30 +88,6 @@ func (st stateFile) save(path string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// dryShaper stands in for the shaper in --dry-run: it writes nothing (the
-// decision log shows each rate with qdisc "dry-run") and reads the
-// interface's counters (received bytes for download, sent for upload), so
-// the loop sees the traffic.
-type dryShaper struct {
-	iface string
-	rx    bool
-}
-
-func (s *dryShaper) SetRate(context.Context, uint64) (controller.Change, error) {
-	return controller.Change{Iface: s.iface, Kind: "dry-run"}, nil
-}
-
-func (s *dryShaper) Stats(context.Context) (controller.ShaperStats, error) {
-	rx, tx, err := actuator.Counters(s.iface, 0)
-	if err != nil {
-		return controller.ShaperStats{}, err
-	}
-	if s.rx {
-		return controller.ShaperStats{Bytes: rx}, nil
-	}
-	return controller.ShaperStats{Bytes: tx}, nil
 }
 
 // summary gathers a minute of observations for one INFO line.

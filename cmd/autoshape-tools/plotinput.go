@@ -11,39 +11,14 @@ import (
 	"sort"
 
 	"github.com/autoshape/autoshape/controller"
-	"github.com/autoshape/autoshape/sim"
+	"github.com/autoshape/autoshape/sweep"
 )
-
-// sweepReport is the JSON shape of `autoshape sweep --json`.
-type sweepReport struct {
-	Steps          []sweepStep         `json:"steps"`
-	Recommendation sweepRecommendation `json:"recommendation"`
-}
-
-// sweepStep is one step of a calibration sweep: the shaper at a fraction of
-// the line rate, what got through and the added delay under load.
-type sweepStep struct {
-	Direction   string    `json:"direction"`
-	Fraction    float64   `json:"fraction"`
-	RateKbit    float64   `json:"rate_kbit"`
-	GoodputKbit float64   `json:"goodput_kbit"`
-	Delay       sim.Delay `json:"delay_ms"`
-	Drops       uint64    `json:"drops"`
-}
-
-// sweepRecommendation is a sweep's verdict: the highest rates whose p95
-// added delay stays within the budget.
-type sweepRecommendation struct {
-	DownKbit float64 `json:"down_kbit"`
-	UpKbit   float64 `json:"up_kbit"`
-	BudgetMs float64 `json:"budget_ms"`
-}
 
 // A plotInput is one decoded --in file.
 type plotInput struct {
 	name      string
 	report    *simReport          // simulate or linklab run --json
-	sweep     *sweepReport        // sweep --json
+	sweep     *sweep.Report       // sweep --json
 	decisions []controller.Record // the daemon's decision file
 }
 
@@ -94,7 +69,7 @@ func decodePlotInput(name string, b []byte) (plotInput, error) {
 		}
 		in.report = &r
 	case first["steps"] != nil:
-		var r sweepReport
+		var r sweep.Report
 		if err := strictJSON(b, &r); err != nil {
 			return in, fmt.Errorf("not a sweep report: %w", err)
 		}
@@ -230,7 +205,7 @@ func checkReport(r simReport) error {
 }
 
 // checkSweep checks a sweep report's steps and recommendation.
-func checkSweep(r sweepReport) error {
+func checkSweep(r sweep.Report) error {
 	for i, s := range r.Steps {
 		if s.Direction != "down" && s.Direction != "up" {
 			return fmt.Errorf("sweep step %d: direction %q is neither down nor up", i+1, s.Direction)

@@ -1,7 +1,8 @@
-package main
+package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/autoshape/autoshape/actuator"
@@ -31,7 +33,7 @@ func TestStateFile(t *testing.T) {
 		t.Errorf("a missing state file gave %+v, want an empty state", st)
 	}
 	st := stateFile{Links: map[string]linkState{"wan": {DownKbit: 20000, UpKbit: 5000, Reflectors: []string{"192.0.2.1"}}}}
-	if err := st.save(path); err != nil {
+	if err := st.save(path, time.Now()); err != nil {
 		t.Fatalf("save() failed: %v", err)
 	}
 	got := loadState(path, zap.NewNop())
@@ -78,9 +80,10 @@ func TestDecisionFileRotates(t *testing.T) {
 	if n := strings.Count(string(cur), "\n") + strings.Count(string(old), "\n"); n > 20 || n < 10 {
 		t.Errorf("%d lines kept in the two files", n)
 	}
-	recs, err := readRecords(strings.NewReader(string(cur)))
-	if err != nil || len(recs) == 0 || recs[0].RateKbit != 2000 {
-		t.Errorf("the current file does not read back: %v %+v", err, recs)
+	var rec controller.Record
+	first, _, _ := strings.Cut(string(cur), "\n")
+	if err := json.Unmarshal([]byte(first), &rec); err != nil || rec.RateKbit != 2000 {
+		t.Errorf("the current file does not read back: %v %+v", err, rec)
 	}
 }
 
@@ -164,12 +167,14 @@ func scrapes(addr string) bool {
 // reload leaves running.
 func TestReloadAppliesSettings(t *testing.T) {
 	var logBuf safeLog
-	log, level := newLevelLogger("info", &logBuf)
+	level := zap.NewAtomicLevelAt(zap.InfoLevel)
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logBuf), level))
 	reg := prometheus.NewRegistry()
 	dir := t.TempDir()
 	addrA, addrB := freePort(t), freePort(t)
 	cur := config.Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
-	d := &daemon{log: log, level: level, metrics: NewMetrics(reg, "v"), server: &metricsServer{reg: reg, log: log}}
+	d := New(Options{Logger: log, Level: level})
+	d.metrics, d.server = NewMetrics(reg, "v"), &metricsServer{reg: reg, log: log}
 	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
 	ctx := context.Background()
 	if err := d.server.serve(ctx, cur.MetricsListen); err != nil {
@@ -177,7 +182,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	defer d.server.stop()
 	// A link that runs on through the reload.
-	r := newLinkRunner(config.Link{Name: "wan"}, false, log, d.metrics, d.decisions)
+	r := d.newLinkRunner(config.Link{Name: "wan"})
 	dec := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
 	r.record(dec)
 

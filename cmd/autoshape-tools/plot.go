@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/sweep"
 )
 
 // stringList is a repeatable string flag.
@@ -44,7 +45,7 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "output file, .png or .svg")
 	kind := fs.String("kind", "", "timeseries, cdf or sweep (default: inferred from the input)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: autoshape plot --in FILE [--in FILE ...] --out FILE.png|FILE.svg [--kind timeseries|cdf|sweep]\n\n")
+		fmt.Fprintf(stderr, "usage: autoshape-tools plot --in FILE [--in FILE ...] --out FILE.png|FILE.svg [--kind timeseries|cdf|sweep]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -389,7 +390,7 @@ func cdfFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 // sweepFigure: per direction, delay boxes per step (p50–p95, whisker to
 // p99) above the goodput per step, the recommended rate marked.
 func sweepFigure(inputs []plotInput) ([][]*plot.Plot, error) {
-	var sw *sweepReport
+	var sw *sweep.Report
 	var name string
 	for _, in := range inputs {
 		if in.sweep != nil {
@@ -402,7 +403,7 @@ func sweepFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 	}
 	var cols [][]*plot.Plot // per direction: delay, goodput
 	for _, dir := range []string{"down", "up"} {
-		var steps []sweepStep
+		var steps []sweep.Step
 		for _, s := range sw.Steps {
 			if s.Direction == dir {
 				steps = append(steps, s)
@@ -488,7 +489,7 @@ func sweepFigure(inputs []plotInput) ([][]*plot.Plot, error) {
 // unshapedX is where the unshaped step is drawn: right of the shaped
 // steps (sorted by rate, the unshaped last), by a tenth of their span, or
 // of their rate when there is one, or at 1 Mbit/s when there is none.
-func unshapedX(steps []sweepStep) float64 {
+func unshapedX(steps []sweep.Step) float64 {
 	lo, hi := 0.0, 0.0
 	for _, s := range steps {
 		if s.RateKbit > 0 {
@@ -508,7 +509,7 @@ func unshapedX(steps []sweepStep) float64 {
 }
 
 // boxWidth is 60 % of the smallest gap between steps.
-func boxWidth(steps []sweepStep) float64 {
+func boxWidth(steps []sweep.Step) float64 {
 	w := math.Inf(1)
 	for i := 1; i < len(steps); i++ {
 		if d := (steps[i].RateKbit - steps[i-1].RateKbit) / 1000; d > 0 {

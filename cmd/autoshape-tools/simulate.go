@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,9 +17,7 @@ import (
 	"github.com/autoshape/autoshape/sim"
 )
 
-var errHelp = errors.New("help shown")
-
-// simReport is the JSON shape of `autoshape simulate --json`.
+// simReport is the JSON shape of `autoshape-tools simulate --json`.
 type simReport struct {
 	TraceDown string       `json:"trace_down"`
 	TraceUp   string       `json:"trace_up"`
@@ -91,9 +88,9 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 	pol := fs.String("policy", strings.Join(sim.SchemeNames, ","), "comma-separated schemes to run: "+strings.Join(sim.SchemeNames, ", "))
 	cfgFile := fs.String("config", "", "TOML file with advanced overrides ([budget] policy, [sim] link model)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	series := fs.Bool("series", false, "with --json: add per-direction time series at 100 ms resolution (the input of autoshape plot)")
+	series := fs.Bool("series", false, "with --json: add per-direction time series at 100 ms resolution (the input of autoshape-tools plot)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: autoshape simulate [FLAGS]\n\nWith neither trace, replays the embedded Verizon LTE trace pair.\n\n")
+		fmt.Fprintf(stderr, "usage: autoshape-tools simulate [FLAGS]\n\nWith neither trace, replays the embedded Verizon LTE trace pair.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

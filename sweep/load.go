@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"context"
@@ -20,8 +20,16 @@ import (
 	"github.com/autoshape/autoshape/estimator"
 )
 
-// parseLoad reads --load: an http(s) URL, or exec:COMMAND.
-func parseLoad(spec string, streams int) (loadSource, error) {
+// A LoadSource loads one direction of the link until ctx ends. It returns
+// early only on an error (or when an external command finishes by itself).
+type LoadSource interface {
+	Load(ctx context.Context, d estimator.Direction, rateKbit float64, hold time.Duration) error
+}
+
+// ParseLoad reads the sweep's --load: an http(s) URL, tcp:HOST:PORT or
+// exec:COMMAND; streams is the number of parallel transfers of a network
+// load.
+func ParseLoad(spec string, streams int) (LoadSource, error) {
 	switch {
 	case spec == "":
 		return nil, errors.New("--load is required: an http(s) URL of a large file that also accepts POSTs, or exec:COMMAND")
