@@ -54,7 +54,7 @@ type Daemon struct {
 	metrics *Metrics
 	server  *metricsServer
 	// decisions is the one decision file every link writes to.
-	decisions *controller.RecordFile
+	decisions *RecordFile
 
 	mu     sync.Mutex
 	links  map[string]*linkRunner // by interface
@@ -98,8 +98,8 @@ func (d *Daemon) Run(ctx context.Context, cfg config.Config, reload <-chan os.Si
 		return err
 	}
 	defer d.server.stop()
-	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{
-		Path: cfg.Decisions, MaxBytes: int64(cfg.DecisionsMaxMB) << 20, Logger: d.log,
+	d.decisions = NewRecordFile(RecordFileConfig{
+		Path: cfg.Decisions, MaxBytes: int64(cfg.DecisionsMaxMB) << 20, Logger: d.log, Now: d.opts.Clock.Now,
 	})
 	d.apply(ctx, cfg)
 

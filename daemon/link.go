@@ -25,7 +25,7 @@ type linkRunner struct {
 	opts    Options
 	log     *zap.Logger
 	metrics *Metrics
-	dec     *controller.RecordFile // shared by every link
+	dec     *RecordFile // shared by every link
 
 	cancel context.CancelFunc
 	done   chan struct{}

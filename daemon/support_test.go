@@ -59,7 +59,7 @@ func TestStateFile(t *testing.T) {
 
 func TestDecisionFileRotates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	f := controller.NewRecordFile(controller.RecordFileConfig{Path: path, MaxBytes: 1000})
+	f := NewRecordFile(RecordFileConfig{Path: path, MaxBytes: 1000})
 	d := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
 	for range 20 {
 		if err := f.Write(d); err != nil {
@@ -175,7 +175,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	cur := config.Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
 	d := New(Options{Logger: log, Level: level})
 	d.metrics, d.server = NewMetrics(reg, "v"), &metricsServer{reg: reg, log: log}
-	d.decisions = controller.NewRecordFile(controller.RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
+	d.decisions = NewRecordFile(RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
 	ctx := context.Background()
 	if err := d.server.serve(ctx, cur.MetricsListen); err != nil {
 		t.Fatal(err)

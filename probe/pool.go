@@ -430,9 +430,9 @@ type poolSpare struct {
 // of the Targets' Result.Sent times; log (nil: no logging) gets one INFO
 // line per replacement. onForget (may be nil) gets the name of each
 // reflector that left the active set, one check after it left (so that its
-// samples still in the channel are taken first); the daemon gives
-// Estimator.ForgetReflector, which must then be called on the estimator's
-// own goroutine: onForget runs on Run's.
+// samples still in the channel are taken first). onForget runs on Run's
+// goroutine and must not block or drop: the daemon adds the name to a set
+// that its loop hands to Estimator.ForgetReflector at the next tick.
 func NewPool(cfg PoolConfig, newTarget TargetFactory, clock Clock, log *zap.Logger, onForget func(name string)) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -5,7 +5,7 @@ import (
 	_ "embed"
 )
 
-// The default link of `autoshape simulate`; see traces/README.md.
+// The default link of `autoshape-tools simulate`; see traces/README.md.
 var (
 	//go:embed traces/Verizon-LTE-short.down
 	embeddedDown []byte

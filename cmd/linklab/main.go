@@ -141,7 +141,7 @@ var scenarios = map[string]scenario{
 	"lte":  {down: sim.EmbeddedDownName, up: sim.EmbeddedUpName, duration: 120 * time.Second, rtt: 50 * time.Millisecond},
 }
 
-// Report is `linklab run --json`: the shape of `autoshape simulate --json`.
+// Report is `linklab run --json`: the shape of `autoshape-tools simulate --json`.
 type Report struct {
 	TraceDown string  `json:"trace_down"`
 	TraceUp   string  `json:"trace_up"`
