@@ -82,7 +82,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	down := fs.String("trace-down", "", "download capacity: a Mahimahi trace file or a schedule (20mbit, 40mbit@0s,10mbit@30s)")
 	up := fs.String("trace-up", "", "upload capacity, as --trace-down")
-	budget := fs.Duration("budget", 15*time.Millisecond, "latency budget: added delay under load to keep within")
+	budget := fs.Duration("budget", estimator.DefaultBudget, "latency budget: added delay under load to keep within")
 	dur := fs.Duration("duration", 0, "simulated time (default: the trace's length; a schedule's last step + 30s)")
 	seed := fs.Uint64("seed", 1, "random seed; the same seed gives the same output")
 	pol := fs.String("policy", strings.Join(sim.SchemeNames, ","), "comma-separated schemes to run: "+strings.Join(sim.SchemeNames, ", "))
