@@ -98,6 +98,11 @@ type backend interface {
 	// other than the default one, unless replace is set: then the new root
 	// takes that one's place.
 	Create(ifindex uint32, bps uint64, replace bool) error
+	// updateOwn changes autoshape's own root of the backend's kind on
+	// ifindex in place to what Create would build at bps bit/s, where it
+	// can without a new root: it reports false, having changed nothing,
+	// where the root holds another framing than the backend's.
+	updateOwn(ifindex uint32, bps uint64) (bool, error)
 	// Rate reads the rate the kernel holds, in bit/s.
 	Rate(ifindex uint32) (uint64, error)
 	// SetRate changes only the rate and disturbs no other setting. It

@@ -267,6 +267,40 @@ func (c *cake) Create(ifindex uint32, bps uint64, replace bool) error {
 	return fmt.Errorf("failed to create CAKE on ifindex %d: %w", ifindex, err)
 }
 
+// updateOwn changes the root cake qdisc in place with every option Create
+// would send, when it holds the backend's framing: a change applies only the
+// options it carries, and Create sends no overhead or MPU of 0.
+func (c *cake) updateOwn(ifindex uint32, bps uint64) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.root(ifindex)
+	if err != nil {
+		return false, err
+	}
+	want, err := cakeCreate(ifindex, c.handle, bps, c.framing, c.opts)
+	if err != nil {
+		return false, err
+	}
+	if o.Cake == nil || held(o.Cake.Atm) != held(want.Cake.Atm) ||
+		int32(held(o.Cake.Overhead)) != int32(held(want.Cake.Overhead)) || held(o.Cake.Mpu) != held(want.Cake.Mpu) {
+		return false, nil
+	}
+	// Without NLM_F_CREATE the kernel changes the root with this handle,
+	// and no other qdisc.
+	if err := c.conn.Qdisc().Change(want); err != nil {
+		return false, fmt.Errorf("failed to change CAKE on ifindex %d: %w", ifindex, err)
+	}
+	return true, nil
+}
+
+// held is an optional attribute's value, 0 when absent.
+func held(v *uint32) uint32 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
 // root returns ifindex's root qdisc, which must be cake with the backend's
 // handle; when it is another, the error wraps ErrNoQdisc and names it, and
 // the qdisc is returned with it.

@@ -283,6 +283,27 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	return nil
 }
 
+// updateOwn changes the top class's rate in place when the class holds
+// the backend's framing (HTB's qdisc itself takes no change): SetRate keeps
+// the class's framing and the tree under it.
+func (h *htb) updateOwn(ifindex uint32, bps uint64) (bool, error) {
+	h.mu.Lock()
+	if err := h.framing.checkHTB(); err != nil {
+		h.mu.Unlock()
+		return false, err
+	}
+	class, err := h.class(ifindex)
+	h.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	have, want := class.Htb.Parms.Rate, htbRateSpec(h.framing)
+	if have.Linklayer != want.Linklayer || have.Overhead != want.Overhead || have.Mpu != want.Mpu {
+		return false, nil
+	}
+	return true, h.SetRate(ifindex, bps)
+}
+
 // keptOptions are the options that give class c the rate and ceiling (in
 // bytes/s), keeping its link layer, overhead, MPU, quantum and priority as
 // the kernel holds them.

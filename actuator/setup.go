@@ -276,12 +276,23 @@ func (l *Link) newCake(f Framing, o CakeOptions) *cake {
 }
 
 // createRoot creates b's shaping on the named interface, whose root was
-// found to be was: autoshape's own is removed first, anyone else's (which
+// found to be was. autoshape's own root of b's kind that holds b's framing
+// is changed in place, so that a second `autoshape shape` never leaves the
+// link unshaped; another own root is removed first; anyone else's (which
 // look let through only to be replaced) is replaced.
 func (l *Link) createRoot(name string, b backend, bps uint64, was rootQdisc) error {
 	idx, err := ifindex(l.nl, name)
 	if err != nil {
 		return err
+	}
+	if was.isOwn() && was.Kind == b.Kind() {
+		done, err := b.updateOwn(idx, bps)
+		if err != nil {
+			return fmt.Errorf("failed to update %s shaping on %q: %w", b.Kind(), name, err)
+		}
+		if done {
+			return nil
+		}
 	}
 	if was.isOwn() {
 		if err := l.removeOwnRoot(name); err != nil {

@@ -5,12 +5,14 @@
 package config
 
 import (
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,10 +69,11 @@ type rawLink struct {
 }
 
 type rawDirection struct {
-	Min  string `toml:"min,omitempty"`
-	Base string `toml:"base,omitempty"`
-	Max  string `toml:"max,omitempty"`
-	Safe string `toml:"safe,omitempty"`
+	Min    string `toml:"min,omitempty"`
+	Base   string `toml:"base,omitempty"`
+	Max    string `toml:"max,omitempty"`
+	Safe   string `toml:"safe,omitempty"`
+	Adjust *bool  `toml:"adjust,omitempty"`
 }
 
 type rawProbe struct {
@@ -118,9 +121,12 @@ type Link struct {
 	Reflectors           []netip.Addr
 	ActiveReflectors     int
 	ProbeRate            float64
+	// Fixed, by estimator.Direction, holds a direction at its base rate
+	// (adjust = false): NewPolicy gives it the fixed policy.
+	Fixed [2]bool
 }
 
-// Load reads and checks a configuration file.
+// Load reads and checks a configuration file, TOML or UCI (see Parse).
 func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -134,8 +140,13 @@ func Load(path string) (Config, error) {
 }
 
 // Parse decodes TOML strictly (an unknown key is an error) and checks
-// every value, naming the key of the first problem.
+// every value, naming the key of the first problem. Text whose first
+// command is uci's (config, package, option, list) is UCI (uci.go): the
+// same keys as options of config autoshape and config link sections.
 func Parse(text string) (Config, error) {
+	if isUCI(text) {
+		return parseUCIConfig(text)
+	}
 	var raw rawConfig
 	md, err := toml.Decode(text, &raw)
 	if err != nil {
@@ -144,10 +155,33 @@ func Parse(text string) (Config, error) {
 	if und := md.Undecoded(); len(und) > 0 {
 		return Config{}, fmt.Errorf("unknown key %q", und[0].String())
 	}
-	return raw.toConfig()
+	return raw.toConfig(tomlDialect)
 }
 
-func (raw rawConfig) toConfig() (Config, error) {
+// A dialect names keys in messages as the file they come from writes them.
+// Keys are given by their TOML path ("log.level", "download.min").
+type dialect struct {
+	global func(path string) string        // a top-level key
+	link   func(i int, name string) string // the i-th link
+	sep    string                          // between a link and its key
+	key    func(path string) string        // a link's key
+	noLink string                          // the message for no link at all
+}
+
+var tomlDialect = dialect{
+	global: func(path string) string { return path },
+	link: func(i int, name string) string {
+		if name != "" {
+			return fmt.Sprintf("link[%d] (%s)", i, name)
+		}
+		return fmt.Sprintf("link[%d]", i)
+	},
+	sep:    ".",
+	key:    func(path string) string { return path },
+	noLink: "no [[link]]: nothing to shape",
+}
+
+func (raw rawConfig) toConfig(dl dialect) (Config, error) {
 	cfg := Config{
 		StateFile: raw.StateFile, LogLevel: raw.Log.Level,
 		Decisions: raw.Log.Decisions, DecisionsMaxMB: raw.Log.DecisionsMaxMB,
@@ -161,31 +195,31 @@ func (raw rawConfig) toConfig() (Config, error) {
 	case "remove":
 		cfg.RemoveOnExit = true
 	default:
-		return cfg, fmt.Errorf("on_exit: %q is neither \"base\" nor \"remove\"", raw.OnExit)
+		return cfg, fmt.Errorf("%s: %q is neither \"base\" nor \"remove\"", dl.global("on_exit"), raw.OnExit)
 	}
 	switch cfg.LogLevel {
 	case "":
 		cfg.LogLevel = "info"
 	case "debug", "info", "warn", "error":
 	default:
-		return cfg, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", cfg.LogLevel)
+		return cfg, fmt.Errorf("%s: %q is not one of debug, info, warn, error", dl.global("log.level"), cfg.LogLevel)
 	}
 	if cfg.DecisionsMaxMB == 0 {
 		cfg.DecisionsMaxMB = 10
 	}
 	if cfg.DecisionsMaxMB < 0 || cfg.DecisionsMaxMB > maxDecisionsMB {
-		return cfg, fmt.Errorf("log.decisions_max_mb: %d is outside 1 to %d MB", cfg.DecisionsMaxMB, maxDecisionsMB)
+		return cfg, fmt.Errorf("%s: %d is outside 1 to %d MB", dl.global("log.decisions_max_mb"), cfg.DecisionsMaxMB, maxDecisionsMB)
 	}
 	if raw.Metrics.Listen != nil {
 		cfg.MetricsListen = *raw.Metrics.Listen
 		if cfg.MetricsListen != "" {
 			if _, err := netip.ParseAddrPort(cfg.MetricsListen); err != nil {
-				return cfg, fmt.Errorf("metrics.listen: %q is not an address:port (\"\" turns metrics off)", cfg.MetricsListen)
+				return cfg, fmt.Errorf("%s: %q is not an address:port (\"\" turns metrics off)", dl.global("metrics.listen"), cfg.MetricsListen)
 			}
 		}
 	}
 	if len(raw.Links) == 0 {
-		return cfg, errors.New("no [[link]]: nothing to shape")
+		return cfg, errors.New(dl.noLink)
 	}
 	// Each interface, IFB and name belongs to one link: two links on one
 	// device would undo each other's shaping, and the state file and the
@@ -193,13 +227,10 @@ func (raw rawConfig) toConfig() (Config, error) {
 	devices := map[string]string{} // name -> what uses it
 	names := map[string]bool{}
 	for i, rl := range raw.Links {
-		key := fmt.Sprintf("link[%d]", i)
-		if rl.Name != "" {
-			key = fmt.Sprintf("link[%d] (%s)", i, rl.Name)
-		}
-		l, err := rl.toLink()
+		key := dl.link(i, rl.Name)
+		l, err := rl.toLink(dl.key)
 		if err != nil {
-			return cfg, fmt.Errorf("%s.%w", key, err)
+			return cfg, fmt.Errorf("%s%s%w", key, dl.sep, err)
 		}
 		for _, d := range []struct{ key, dev string }{{"interface", l.Interface}, {"ifb", l.IFB}} {
 			if other, ok := devices[d.dev]; ok {
@@ -207,12 +238,12 @@ func (raw rawConfig) toConfig() (Config, error) {
 				if d.key == "ifb" && rl.IFB == "" {
 					hint = " (the default ifb4<interface>, cut to 15 characters: set ifb)"
 				}
-				return cfg, fmt.Errorf("%s.%s: %q is %s too%s", key, d.key, d.dev, other, hint)
+				return cfg, fmt.Errorf("%s%s%s: %q is %s too%s", key, dl.sep, dl.key(d.key), d.dev, other, hint)
 			}
 			devices[d.dev] = fmt.Sprintf("the %s of %s", d.key, key)
 		}
 		if names[l.Name] {
-			return cfg, fmt.Errorf("%s.name: %q names an earlier link too", key, l.Name)
+			return cfg, fmt.Errorf("%s%s%s: %q names an earlier link too", key, dl.sep, dl.key("name"), l.Name)
 		}
 		names[l.Name] = true
 		cfg.Links = append(cfg.Links, l)
@@ -270,13 +301,14 @@ func keyErr(key string, format string, a ...any) error {
 	return fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...))
 }
 
-func (rl rawLink) toLink() (Link, error) {
+// toLink checks one link; key names its keys in messages.
+func (rl rawLink) toLink(key func(path string) string) (Link, error) {
 	l := Link{Name: rl.Name, Interface: rl.Interface, IFB: rl.IFB, ActiveReflectors: rl.Probe.Active, ProbeRate: rl.Probe.Rate}
 	if l.Interface == "" {
-		return l, keyErr("interface", "missing: name the WAN interface")
+		return l, keyErr(key("interface"), "missing: name the WAN interface")
 	}
 	if err := checkIfName(l.Interface); err != nil {
-		return l, keyErr("interface", "%v", err)
+		return l, keyErr(key("interface"), "%v", err)
 	}
 	if l.Name == "" {
 		l.Name = l.Interface
@@ -284,10 +316,10 @@ func (rl rawLink) toLink() (Link, error) {
 	if l.IFB == "" {
 		l.IFB = actuator.DefaultIFB(l.Interface)
 	} else if err := checkIfName(l.IFB); err != nil {
-		return l, keyErr("ifb", "%v", err)
+		return l, keyErr(key("ifb"), "%v", err)
 	}
 	if l.IFB == l.Interface {
-		return l, keyErr("ifb", "%q is the interface itself: the download needs an IFB of its own", l.IFB)
+		return l, keyErr(key("ifb"), "%q is the interface itself: the download needs an IFB of its own", l.IFB)
 	}
 	b := rl.Backend
 	if b == "" {
@@ -295,7 +327,7 @@ func (rl rawLink) toLink() (Link, error) {
 	}
 	backend, err := actuator.ParseBackend(b)
 	if err != nil {
-		return l, keyErr("backend", "%v", err)
+		return l, keyErr(key("backend"), "%v", err)
 	}
 	l.Backend = backend
 	switch rl.Mode {
@@ -303,25 +335,25 @@ func (rl rawLink) toLink() (Link, error) {
 	case "attach":
 		l.Attach = true
 	default:
-		return l, keyErr("mode", "%q is neither \"setup\" nor \"attach\"", rl.Mode)
+		return l, keyErr(key("mode"), "%q is neither \"setup\" nor \"attach\"", rl.Mode)
 	}
 	if rl.Replace && l.Attach {
-		return l, keyErr("replace", "true only goes with mode = \"setup\": attach mode never replaces a qdisc")
+		return l, keyErr(key("replace"), "true only goes with mode = \"setup\": attach mode never replaces a qdisc")
 	}
 	l.Replace = rl.Replace
 	l.Budget = estimator.DefaultBudget
 	if rl.Budget != "" {
 		d, err := time.ParseDuration(rl.Budget)
 		if err != nil || d <= 0 {
-			return l, keyErr("budget", "%q is not a positive duration such as \"15ms\"", rl.Budget)
+			return l, keyErr(key("budget"), "%q is not a positive duration such as \"15ms\"", rl.Budget)
 		}
 		if d < minBudget || d > maxBudget {
-			return l, keyErr("budget", "%q is outside %v to %v", rl.Budget, minBudget, maxBudget)
+			return l, keyErr(key("budget"), "%q is outside %v to %v", rl.Budget, minBudget, maxBudget)
 		}
 		l.Budget = d
 	}
 	if err := (policies.BudgetConfig{Budget: l.Budget}).Validate(); err != nil {
-		return l, keyErr("budget", "%v", err)
+		return l, keyErr(key("budget"), "%v", err)
 	}
 	switch p := PolicyName(rl.Policy); p {
 	case "":
@@ -329,14 +361,14 @@ func (rl rawLink) toLink() (Link, error) {
 	case PolicyBudget, PolicyClassic:
 		l.Policy = p
 	default:
-		return l, keyErr("policy", "%q is neither %q nor %q", rl.Policy, PolicyBudget, PolicyClassic)
+		return l, keyErr(key("policy"), "%q is neither %q nor %q", rl.Policy, PolicyBudget, PolicyClassic)
 	}
 	l.Framing = actuator.Framing{Overhead: rl.Overhead}
 	if rl.Overhead < -64 || rl.Overhead > 256 {
-		return l, keyErr("overhead", "%d is outside -64 to 256 bytes", rl.Overhead)
+		return l, keyErr(key("overhead"), "%d is outside -64 to 256 bytes", rl.Overhead)
 	}
 	if rl.MPU < 0 || rl.MPU > 256 {
-		return l, keyErr("mpu", "%d is outside 0 to 256 bytes", rl.MPU)
+		return l, keyErr(key("mpu"), "%d is outside 0 to 256 bytes", rl.MPU)
 	}
 	l.Framing.MPU = uint32(rl.MPU)
 	switch rl.LinkLayer {
@@ -346,10 +378,10 @@ func (rl rawLink) toLink() (Link, error) {
 	case "ptm":
 		l.Framing.LinkLayer = actuator.PTM
 	default:
-		return l, keyErr("link_layer", "%q is not one of ethernet, atm, ptm", rl.LinkLayer)
+		return l, keyErr(key("link_layer"), "%q is not one of ethernet, atm, ptm", rl.LinkLayer)
 	}
 	if !l.Attach && l.Backend == actuator.HTB && rl.Overhead < 0 {
-		return l, keyErr("overhead", "%d: the HTB backend takes 0 to 256 bytes (a negative overhead needs backend = \"cake\")", rl.Overhead)
+		return l, keyErr(key("overhead"), "%d: the HTB backend takes 0 to 256 bytes (a negative overhead needs backend = \"cake\")", rl.Overhead)
 	}
 	// The lowest rate the shaper takes. Attach mode may find sqm-scripts'
 	// HTB, whatever the backend key says.
@@ -365,23 +397,24 @@ func (rl rawLink) toLink() (Link, error) {
 		dir  estimator.Direction
 		raw  rawDirection
 	}{{"download", estimator.Down, rl.Download}, {"upload", estimator.Up, rl.Upload}} {
-		dc, err := d.raw.toDirection(direction{name: d.name, min: max(floor, minWrittenRate), why: why})
+		dc, err := d.raw.toDirection(direction{name: d.name, min: max(floor, minWrittenRate), why: why, key: key})
 		if err != nil {
 			return l, err
 		}
 		l.Directions[d.dir] = dc
+		l.Fixed[d.dir] = d.raw.Adjust != nil && !*d.raw.Adjust
 	}
 	method := rl.Probe.Method
 	if method == "" {
 		method = "auto"
 	}
 	if l.Method, err = probe.ParseMethod(method); err != nil {
-		return l, keyErr("probe.method", "%v", err)
+		return l, keyErr(key("probe.method"), "%v", err)
 	}
-	if err := l.probes(rl.Probe); err != nil {
+	if err := l.probes(rl.Probe, key); err != nil {
 		return l, err
 	}
-	if err := l.runnable(); err != nil {
+	if err := l.runnable(key); err != nil {
 		return l, err
 	}
 	return l, nil
@@ -390,22 +423,22 @@ func (rl rawLink) toLink() (Link, error) {
 // probes checks the [link.probe] table and fills in its defaults: the
 // built-in reflectors (IPv4 only for method = "timestamp"), as many active
 // as there are up to six, 40 probes per second.
-func (l *Link) probes(rp rawProbe) error {
+func (l *Link) probes(rp rawProbe, key func(string) string) error {
 	seen := map[netip.Addr]string{}
 	for _, s := range rp.Reflectors {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil {
-			return keyErr("probe.reflectors", "%q is not an IP address", s)
+			return keyErr(key("probe.reflectors"), "%q is not an IP address", s)
 		}
 		a = a.Unmap()
 		switch {
 		case a.IsUnspecified() || a.IsMulticast():
-			return keyErr("probe.reflectors", "%q is not a unicast address", s)
+			return keyErr(key("probe.reflectors"), "%q is not a unicast address", s)
 		case l.Method == probe.Timestamp && !a.Is4():
-			return keyErr("probe.reflectors", "%q is IPv6, which method = \"timestamp\" cannot probe (use \"auto\")", s)
+			return keyErr(key("probe.reflectors"), "%q is IPv6, which method = \"timestamp\" cannot probe (use \"auto\")", s)
 		}
 		if prev, dup := seen[a]; dup {
-			return keyErr("probe.reflectors", "%q is %q again", s, prev)
+			return keyErr(key("probe.reflectors"), "%q is %q again", s, prev)
 		}
 		seen[a] = s
 		l.Reflectors = append(l.Reflectors, a)
@@ -422,16 +455,16 @@ func (l *Link) probes(rp rawProbe) error {
 		l.ActiveReflectors = min(probe.DefaultPoolActive, n)
 	}
 	if lo := min(2, n); l.ActiveReflectors < lo || l.ActiveReflectors > n {
-		return keyErr("probe.active", "%d: want %d to the number of reflectors (%d)", l.ActiveReflectors, lo, n)
+		return keyErr(key("probe.active"), "%d: want %d to the number of reflectors (%d)", l.ActiveReflectors, lo, n)
 	}
 	if l.ProbeRate == 0 {
 		l.ProbeRate = probe.DefaultPoolRate
 	}
 	if !(l.ProbeRate >= minProbeRate && l.ProbeRate <= maxProbeRate) {
-		return keyErr("probe.rate", "%g: want %d to %d probes per second, all reflectors together (a link counts as stalled after 1 s without an answer)", l.ProbeRate, minProbeRate, maxProbeRate)
+		return keyErr(key("probe.rate"), "%g: want %d to %d probes per second, all reflectors together (a link counts as stalled after 1 s without an answer)", l.ProbeRate, minProbeRate, maxProbeRate)
 	}
 	if every := time.Duration(float64(l.ActiveReflectors) / l.ProbeRate * float64(time.Second)); every > probe.MaxPoolInterval {
-		return keyErr("probe", "active = %d at rate = %g probes each reflector every %v: want at most every %v (raise rate or lower active)", l.ActiveReflectors, l.ProbeRate, every.Round(time.Millisecond), probe.MaxPoolInterval)
+		return keyErr(key("probe"), "active = %d at rate = %g probes each reflector every %v: want at most every %v (raise rate or lower active)", l.ActiveReflectors, l.ProbeRate, every.Round(time.Millisecond), probe.MaxPoolInterval)
 	}
 	return nil
 }
@@ -441,20 +474,22 @@ func (l *Link) probes(rp rawProbe) error {
 // mode, the actuator), so that what passes here also starts. The checks
 // above are meant to have caught everything in the user's terms already:
 // an error here is a gap in them.
-func (l Link) runnable() error {
+func (l Link) runnable(key func(string) string) error {
 	pc := probe.PoolConfig{Reflectors: l.Reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method}
 	if err := pc.Validate(); err != nil {
-		return keyErr("probe", "%v", err)
+		return keyErr(key("probe"), "%v", err)
 	}
 	if err := (estimator.Config{Budget: l.Budget}).Validate(); err != nil {
-		return keyErr("budget", "%v", err)
+		return keyErr(key("budget"), "%v", err)
 	}
-	if _, err := NewPolicy(l); err != nil {
-		return keyErr("policy", "%v", err)
+	for _, d := range estimator.Directions {
+		if _, err := NewPolicy(l, d); err != nil {
+			return keyErr(key("policy"), "%v", err)
+		}
 	}
 	cc := controller.Config{Link: l.Name, Directions: l.Directions}
 	if err := cc.Validate(); err != nil {
-		return keyErr("download/upload", "%v", err)
+		return keyErr(key("download/upload"), "%v", err)
 	}
 	if !l.Attach {
 		sc := actuator.SetupConfig{
@@ -462,46 +497,55 @@ func (l Link) runnable() error {
 			Up: uint64(l.Directions[estimator.Up].Bounds.Base), Down: uint64(l.Directions[estimator.Down].Bounds.Base),
 		}
 		if err := sc.Validate(); err != nil {
-			return fmt.Errorf("interface/ifb/backend: %w", err)
+			return fmt.Errorf("%s: %w", key("interface/ifb/backend"), err)
 		}
 	}
 	return nil
 }
 
 // A direction is what toDirection needs to know of its link: the key
-// ("download" or "upload") and the lowest rate the shaper takes, with the
-// reason for it.
+// ("download" or "upload"), the lowest rate the shaper takes, with the
+// reason for it, and how the file names keys.
 type direction struct {
 	name string
 	min  float64
 	why  string
+	key  func(path string) string
 }
 
 // toDirection checks one direction's rates, naming them as the user wrote
-// them: min > 0 and at least the shaper's floor, min <= base <= max, safe
-// (default base) within [min, max], and a whole kbit/s between min and max,
-// since that is what the controller writes.
+// them: each with a unit, min > 0 and at least the shaper's floor, min <=
+// base <= max, safe (default base) within [min, max], and a whole kbit/s
+// between min and max, since that is what the controller writes. With
+// adjust = false, min and max default to base: the rate never moves.
 func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, error) {
 	var dc controller.DirectionConfig
+	if rd.Adjust != nil && !*rd.Adjust && rd.Base != "" {
+		rd.Min = cmp.Or(rd.Min, rd.Base)
+		rd.Max = cmp.Or(rd.Max, rd.Base)
+	}
 	text := map[string]string{}
 	for _, v := range []struct {
 		key, val string
 		dst      *float64
 		required bool
-	}{{"min", rd.Min, &dc.Bounds.Min, true}, {"base", rd.Base, &dc.Bounds.Base, true}, {"max", rd.Max, &dc.Bounds.Max, true}, {"safe", rd.Safe, &dc.Safe, false}} {
-		key := d.name + "." + v.key
+	}{{"base", rd.Base, &dc.Bounds.Base, true}, {"min", rd.Min, &dc.Bounds.Min, true}, {"max", rd.Max, &dc.Bounds.Max, true}, {"safe", rd.Safe, &dc.Safe, false}} {
+		key := d.key(d.name + "." + v.key)
 		if v.val == "" {
 			if v.required {
 				return dc, keyErr(key, "missing: a rate such as \"20mbit\"")
 			}
 			continue
 		}
+		if err := hasUnit(v.val); err != nil {
+			return dc, keyErr(key, "%v", err)
+		}
 		r, err := controller.ParseRate(v.val)
 		if err != nil {
 			return dc, keyErr(key, "%v", err)
 		}
 		*v.dst = r
-		text[v.key] = fmt.Sprintf("%s.%s %s", d.name, v.key, strings.TrimSpace(v.val))
+		text[v.key] = key + " " + strings.TrimSpace(v.val)
 	}
 	b := dc.Bounds
 	switch {
@@ -523,8 +567,27 @@ func (rd rawDirection) toDirection(d direction) (controller.DirectionConfig, err
 	return dc, nil
 }
 
-// NewPolicy returns the policy that link l runs.
-func NewPolicy(l Link) (policies.Policy, error) {
+// hasUnit refuses a plain number as a rate: sqm-scripts and cake-autorate
+// mean kbit/s by one, controller.ParseRate bit/s.
+func hasUnit(rate string) error {
+	v := strings.TrimSpace(rate)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil
+	}
+	write := fmt.Sprintf("%q", v+"kbit")
+	if f >= 1000 {
+		write += fmt.Sprintf(" or %q", controller.FormatRate(f*1000))
+	}
+	return fmt.Errorf("%q has no unit: write %s (units: bit, kbit, mbit, gbit)", rate, write)
+}
+
+// NewPolicy returns the policy that runs direction d of link l: the fixed
+// policy at its base rate where adjust = false, else the link's policy.
+func NewPolicy(l Link, d estimator.Direction) (policies.Policy, error) {
+	if l.Fixed[d] {
+		return policies.NewFixed(l.Directions[d].Bounds.Base), nil
+	}
 	if l.Policy == PolicyClassic {
 		return policies.NewClassic(policies.DefaultClassicConfig())
 	}

@@ -139,12 +139,14 @@ func TestPolicyChoice(t *testing.T) {
 			if l.Policy != tt.want {
 				t.Errorf("policy = %q, want %q", l.Policy, tt.want)
 			}
-			p, err := NewPolicy(l)
-			if err != nil {
-				t.Fatalf("NewPolicy() failed: %v", err)
-			}
-			if p.Name() != string(tt.want) {
-				t.Errorf("the daemon runs the %q policy, want %q", p.Name(), tt.want)
+			for _, d := range estimator.Directions {
+				p, err := NewPolicy(l, d)
+				if err != nil {
+					t.Fatalf("NewPolicy() failed: %v", err)
+				}
+				if p.Name() != string(tt.want) {
+					t.Errorf("the daemon runs the %q policy, want %q", p.Name(), tt.want)
+				}
 			}
 		})
 	}
@@ -194,7 +196,7 @@ func TestConfigRefusesWhatCannotRun(t *testing.T) {
 		{"max above 10 Tbit/s", with(`max = "20mbit"`, `max = "20000gbit"`), "link[0].download.max: invalid rate \"20000gbit\": above 10 Tbit/s"},
 		{"base above max", with(`base = "10mbit"`, `base = "100mbit"`), "link[0].download.base 100mbit > download.max 20mbit"},
 		{"base below min", with(`base = "2mbit"`, `base = "500kbit"`), "link[0].upload.base 500kbit < upload.min 1mbit"},
-		{"safe of zero", with(`max = "20mbit"`, "max = \"20mbit\"\nsafe = \"0\""), "link[0].download.safe 0 < download.min 1mbit"},
+		{"safe of zero", with(`max = "20mbit"`, "max = \"20mbit\"\nsafe = \"0kbit\""), "link[0].download.safe 0kbit < download.min 1mbit"},
 		{"HTB with a negative overhead", link("backend = \"htb\"\noverhead = -4"), `link[0].overhead: -4: the HTB backend takes 0 to 256 bytes`},
 		// Interface names the kernel refuses.
 		{"interface of 16 bytes", with(`interface = "wan"`, `interface = "wan0123456789abc"`), `link[0].interface: "wan0123456789abc" is 16 bytes long: the kernel takes at most 15`},
@@ -327,6 +329,9 @@ func FuzzConfig(f *testing.F) {
 	f.Add(Reference)
 	f.Add(strings.Replace(minimalLink, `interface = "wan"`, "interface = \"wan\"\nbackend = \"htb\"\nmode = \"attach\"\noverhead = -3\nlink_layer = \"atm\"", 1))
 	f.Add(minimalLink + "[link.probe]\nmethod = \"timestamp\"\nreflectors = [\"192.0.2.1\", \"192.0.2.2\", \"2001:db8::1\"]\nactive = 2\nrate = 1e-300\n")
+	f.Add(strings.Replace(minimalLink, "[link.upload]", "[link.upload]\nadjust = false", 1))
+	f.Add(minimalUCI)
+	f.Add(exampleUCI(f))
 	f.Fuzz(func(t *testing.T, text string) {
 		cfg, err := Parse(text)
 		if err != nil {

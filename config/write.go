@@ -48,6 +48,9 @@ func Write(w io.Writer, cfg Config) error {
 		for d, dst := range map[estimator.Direction]*rawDirection{estimator.Down: &rl.Download, estimator.Up: &rl.Upload} {
 			dc := l.Directions[d]
 			*dst = rawDirection{Min: rate(dc.Bounds.Min), Base: rate(dc.Bounds.Base), Max: rate(dc.Bounds.Max), Safe: rate(dc.Safe)}
+			if l.Fixed[d] {
+				dst.Adjust = new(bool)
+			}
 		}
 		raw.Links = append(raw.Links, rl)
 	}

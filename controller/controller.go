@@ -64,6 +64,13 @@ type DirectionConfig struct {
 // DefaultTick is the control interval when Config.Tick is zero.
 const DefaultTick = 50 * time.Millisecond
 
+// IdleTick is the control interval a caller may slow to while the link is
+// Idle: the rate is at (or drifting to) base and the probes are paused, so
+// load that comes back waits at most this long, at base, for the probes to
+// restart. The controller's timers and the idle drift count
+// time, not ticks, so its decisions stay those of the fast tick.
+const IdleTick = time.Second
+
 // Config tunes a Controller. Zero durations and ratios take the defaults
 // named on each field.
 type Config struct {
@@ -79,8 +86,9 @@ type Config struct {
 	// before the link goes idle, default 10s.
 	IdleLoad  float64
 	IdleAfter time.Duration
-	// IdleStep is the fraction of the distance to base covered per tick while
-	// idle, default 0.05 (base is reached within a few seconds).
+	// IdleStep is the fraction of the distance to base covered per Tick of
+	// time while idle, default 0.05 (base is reached within a few seconds),
+	// however seldom Tick is called.
 	IdleStep float64
 	// StallAfter is how long without any probe answer makes a stall, default
 	// 1s; FallbackAfter is how long a stall lasts before the rates fall back to
@@ -223,6 +231,10 @@ type Controller struct {
 	// after it: an idle spell does not end a stall, answers do.
 	stallFrom time.Time
 	lastObs   [2]estimator.Observation
+	// lastTick is the time of the previous Tick; idleSteps is how many
+	// Ticks' worth of idle drift the current one covers.
+	lastTick  time.Time
+	idleSteps int
 }
 
 // New builds a Controller. A nil shaper leaves that direction uncontrolled
@@ -332,6 +344,14 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 	obs := c.est.Observe(now, c.rates)
 	c.lastObs = obs
 	c.updateState(now, obs)
+	c.idleSteps = 1
+	if !c.lastTick.IsZero() {
+		// A slower caller gets the drift the ticks it skipped would have
+		// made; bounded, as a clock jump is not a long idle spell and base
+		// is reached in far fewer.
+		c.idleSteps = min(max(int((now.Sub(c.lastTick)+c.cfg.Tick/2)/c.cfg.Tick), 1), 1000)
+	}
+	c.lastTick = now
 
 	var decisions []Decision
 	for _, d := range estimator.Directions {
@@ -458,13 +478,15 @@ func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Ob
 	switch c.state {
 	case Idle:
 		base := dc.Bounds.Base
-		step := (base - cur) * c.cfg.IdleStep
-		// Snap to base when close, or when the step would round away to
-		// nothing (whole kbit/s are written).
-		if d := math.Abs(base - cur); d < 0.01*base || d*c.cfg.IdleStep < 1000 {
-			return base, policies.ReasonIdle
+		for range c.idleSteps {
+			// Snap to base when close, or when the step would round away
+			// to nothing (whole kbit/s are written).
+			if d := math.Abs(base - cur); d < 0.01*base || d*c.cfg.IdleStep < 1000 {
+				return base, policies.ReasonIdle
+			}
+			cur += (base - cur) * c.cfg.IdleStep
 		}
-		return cur + step, policies.ReasonIdle
+		return cur, policies.ReasonIdle
 	}
 	p := c.policies[d].Next(policies.Input{Now: now, Obs: obs, Rate: cur, Bounds: dc.Bounds})
 	if p.Rate > held && (now.Before(c.noRaise) || !c.answered()) {

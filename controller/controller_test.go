@@ -580,6 +580,48 @@ func TestIdleReachesLowBase(t *testing.T) {
 	}
 }
 
+// TestIdleDriftCountsTime: a caller that ticks at IdleTick while idle gets
+// the drift towards base that ticking at step would have made, reaching
+// base in about the same time, not IdleTick/step times later.
+func TestIdleDriftCountsTime(t *testing.T) {
+	cfg := twoWay()
+	cfg.IdleAfter = time.Second
+	cfg.Tick = step
+	fast, slow := newRig(t, cfg), newRig(t, cfg)
+	for _, r := range []*rig{fast, slow} {
+		goIdle(t, r, [2]float64{18e6, 1e6}, time.Second)
+	}
+	per := int(controller.IdleTick / step)
+	bases := [2]float64{downBounds.Base, upBounds.Base}
+	var atBase [2][2]int // [fast, slow][dir]: the slow tick at which base was reached
+	for i := 1; i <= 60; i++ {
+		for range per {
+			fast.advance(step, [2]float64{})
+			fast.tick()
+		}
+		slow.advance(controller.IdleTick, [2]float64{})
+		slow.tick()
+		for _, d := range estimator.Directions {
+			f, s := fast.ctrl.Rate(d), slow.ctrl.Rate(d)
+			// Each holds back a drift until it adds up to half a per
+			// cent: they may differ by that much each.
+			if math.Abs(f-s) > 0.011*max(f, s) {
+				t.Errorf("after %v idle: %v at %v bit/s ticking every %v, %v bit/s every %v", time.Duration(i)*controller.IdleTick, d, f, step, s, controller.IdleTick)
+			}
+			for k, rate := range []float64{f, s} {
+				if atBase[k][d] == 0 && rate == bases[d] {
+					atBase[k][d] = i
+				}
+			}
+		}
+	}
+	for _, d := range estimator.Directions {
+		if atBase[0][d] == 0 || atBase[1][d] == 0 || math.Abs(float64(atBase[0][d]-atBase[1][d])) > 1 {
+			t.Errorf("%v reached base after %d idle ticks of %v ticking fast, %d ticking slow (0: never): want within one", d, atBase[0][d], controller.IdleTick, atBase[1][d])
+		}
+	}
+}
+
 // Probes restart when the link leaves idle; the first answer takes a round
 // trip under fresh load. That is not a stall: StallAfter counts from when
 // probing resumed, not from the last answer before the pause.
@@ -958,6 +1000,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestDecisionMarshalLogObject: the log line's fields are rounded (whole
+// kbit/s, delays to 0.1 ms, the load to 0.01) and those that say nothing
+// are left out.
 func TestDecisionMarshalLogObject(t *testing.T) {
 	tests := []struct {
 		name string
@@ -965,35 +1010,45 @@ func TestDecisionMarshalLogObject(t *testing.T) {
 		want map[string]any
 	}{
 		{
-			name: "full",
+			name: "bloat, rounded",
 			dec: controller.Decision{
 				Time: t0, Link: "wan", Direction: estimator.Down,
 				From: 10e6, To: 9e6, Reason: policies.ReasonBloat, State: controller.Active,
 				Obs: estimator.Observation{
-					Delta: 22500 * time.Microsecond, Threshold: 16 * time.Millisecond, Bloat: true,
-					Achieved: 8.5e6, Load: 0.85, CapacityEstimate: 9.5e6, Reflectors: 3,
+					Delta: 22549 * time.Microsecond, Threshold: 16 * time.Millisecond, Bloat: true,
+					Achieved: 8500381.11, Offered: 9100499.9, Load: 0.8471, CapacityEstimate: 9.5e6, Reflectors: 3,
 				},
 				Change: controller.Change{Iface: "ifb4wan", Kind: "cake", Wrote: true},
 			},
 			want: map[string]any{
-				"time": t0, "link": "wan", "dir": "down",
-				"from_kbit": 10000.0, "rate_kbit": 9000.0, "reason": "bloat", "state": "active", "clamped": false,
+				"dir": "down", "from_kbit": int64(10000), "rate_kbit": int64(9000), "reason": "bloat",
 				"delay_ms": 22.5, "threshold_ms": 16.0, "bloat": true,
-				"achieved_kbit": 8500.0, "load": 0.85, "capacity_estimate_kbit": 9500.0, "reflectors": 3,
-				"iface": "ifb4wan", "qdisc": "cake", "written": true,
+				"achieved_kbit": int64(8500), "offered_kbit": int64(9100), "load": 0.85,
+				"capacity_estimate_kbit": int64(9500), "reflectors": 3,
 			},
 		},
 		{
-			name: "no link, no capacity estimate",
+			name: "start names the shaper",
+			dec: controller.Decision{
+				Time: t0, Link: "wan", Direction: estimator.Down, From: 10e6, To: 10e6,
+				Reason: policies.ReasonStart, Change: controller.Change{Iface: "ifb4wan", Kind: "cake", Wrote: true},
+			},
+			want: map[string]any{
+				"dir": "down", "from_kbit": int64(10000), "rate_kbit": int64(10000), "reason": "start",
+				"delay_ms": 0.0, "threshold_ms": 0.0, "achieved_kbit": int64(0), "load": 0.0, "reflectors": 0,
+				"iface": "ifb4wan", "qdisc": "cake",
+			},
+		},
+		{
+			name: "stall, clamped, not written",
 			dec: controller.Decision{
 				Time: t0, Direction: estimator.Up, From: 2e6, To: 5e6,
 				Reason: policies.ReasonProbe, State: controller.Stall, Clamped: true,
 			},
 			want: map[string]any{
-				"time": t0, "dir": "up",
-				"from_kbit": 2000.0, "rate_kbit": 5000.0, "reason": "probe_up", "state": "stall", "clamped": true,
-				"delay_ms": 0.0, "threshold_ms": 0.0, "bloat": false,
-				"achieved_kbit": 0.0, "load": 0.0, "reflectors": 0, "written": false,
+				"dir": "up", "from_kbit": int64(2000), "rate_kbit": int64(5000), "reason": "probe_up", "state": "stall", "clamped": true,
+				"delay_ms": 0.0, "threshold_ms": 0.0,
+				"achieved_kbit": int64(0), "load": 0.0, "reflectors": 0, "written": false,
 			},
 		},
 	}

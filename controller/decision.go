@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"math"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -30,38 +31,55 @@ type Decision struct {
 	Reflectors []estimator.ReflectorDelta
 }
 
-// MarshalLogObject implements zapcore.ObjectMarshaler.
+// MarshalLogObject implements zapcore.ObjectMarshaler: the short form for
+// the log, which the link's logger prefixes with the time and the link.
+// Rates are whole kbit/s, delays ms to 0.1, the load to 0.01; a field
+// that says nothing in its usual value (active, not clamped, no bloat,
+// written) is left out, and the interface and qdisc, the same every line,
+// are named on the first write to a shaper (reason start).
 func (d Decision) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	enc.AddTime("time", d.Time)
-	if d.Link != "" {
-		enc.AddString("link", d.Link)
-	}
 	enc.AddString("dir", d.Direction.String())
-	enc.AddFloat64("from_kbit", d.From/1000)
-	enc.AddFloat64("rate_kbit", d.To/1000)
+	enc.AddInt64("from_kbit", kbit(d.From))
+	enc.AddInt64("rate_kbit", kbit(d.To))
 	enc.AddString("reason", string(d.Reason))
-	enc.AddString("state", d.State.String())
-	enc.AddBool("clamped", d.Clamped)
-	enc.AddFloat64("delay_ms", ms(d.Obs.Delta))
-	enc.AddFloat64("threshold_ms", ms(d.Obs.Threshold))
-	enc.AddBool("bloat", d.Obs.Bloat)
-	enc.AddFloat64("achieved_kbit", d.Obs.Achieved/1000)
-	if d.Obs.Offered > 0 {
-		enc.AddFloat64("offered_kbit", d.Obs.Offered/1000)
+	if d.State != Active {
+		enc.AddString("state", d.State.String())
 	}
-	enc.AddFloat64("load", d.Obs.Load)
+	if d.Clamped {
+		enc.AddBool("clamped", true)
+	}
+	enc.AddFloat64("delay_ms", round(ms(d.Obs.Delta), 10))
+	enc.AddFloat64("threshold_ms", round(ms(d.Obs.Threshold), 10))
+	if d.Obs.Bloat {
+		enc.AddBool("bloat", true)
+	}
+	enc.AddInt64("achieved_kbit", kbit(d.Obs.Achieved))
+	if d.Obs.Offered > 0 {
+		enc.AddInt64("offered_kbit", kbit(d.Obs.Offered))
+	}
+	enc.AddFloat64("load", round(d.Obs.Load, 100))
 	if d.Obs.CapacityEstimate > 0 {
-		enc.AddFloat64("capacity_estimate_kbit", d.Obs.CapacityEstimate/1000)
+		enc.AddInt64("capacity_estimate_kbit", kbit(d.Obs.CapacityEstimate))
 	}
 	enc.AddInt("reflectors", d.Obs.Reflectors)
-	if d.Change.Iface != "" {
-		enc.AddString("iface", d.Change.Iface)
+	if d.Reason == policies.ReasonStart {
+		if d.Change.Iface != "" {
+			enc.AddString("iface", d.Change.Iface)
+		}
+		if d.Change.Kind != "" {
+			enc.AddString("qdisc", d.Change.Kind)
+		}
 	}
-	if d.Change.Kind != "" {
-		enc.AddString("qdisc", d.Change.Kind)
+	if !d.Change.Wrote {
+		enc.AddBool("written", false)
 	}
-	enc.AddBool("written", d.Change.Wrote)
 	return nil
 }
+
+// kbit is bps in whole kbit/s.
+func kbit(bps float64) int64 { return int64(math.Round(bps / 1000)) }
+
+// round rounds v to 1/per.
+func round(v, per float64) float64 { return math.Round(v*per) / per }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

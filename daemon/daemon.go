@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/autoshape/autoshape/config"
@@ -91,9 +90,8 @@ func (d *Daemon) Run(ctx context.Context, cfg config.Config, reload <-chan os.Si
 	d.failed = make(chan error, 1)
 	d.state = loadState(cfg.StateFile, d.log)
 	d.log.Info("starting", zap.String("version", d.opts.Version), zap.Int("links", len(cfg.Links)), zap.Bool("dry_run", d.opts.DryRun))
-	reg := prometheus.NewRegistry()
-	d.metrics = NewMetrics(reg, d.opts.Version)
-	d.server = &metricsServer{reg: reg, log: d.log}
+	d.metrics = NewMetrics(d.opts.Version)
+	d.server = &metricsServer{metrics: d.metrics, log: d.log}
 	if err := d.server.serve(ctx, cfg.MetricsListen); err != nil {
 		return err
 	}
@@ -188,7 +186,7 @@ func (d *Daemon) apply(ctx context.Context, cfg config.Config) {
 // b to a.
 func linkEqual(a, b config.Link) bool {
 	return a.Name == b.Name && a.Interface == b.Interface && a.IFB == b.IFB && a.Backend == b.Backend &&
-		a.Attach == b.Attach && a.Replace == b.Replace && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions &&
+		a.Attach == b.Attach && a.Replace == b.Replace && a.Budget == b.Budget && a.Policy == b.Policy && a.Framing == b.Framing && a.Directions == b.Directions && a.Fixed == b.Fixed &&
 		a.Method == b.Method && slices.Equal(a.Reflectors, b.Reflectors) &&
 		a.ActiveReflectors == b.ActiveReflectors && a.ProbeRate == b.ProbeRate
 }

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -181,6 +183,51 @@ func TestLoopTicksAtConfiguredTick(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestIdleTickSlows: an idle link ticks at controller.IdleTick, and at the
+// configured tick again as soon as load comes back; entering and leaving
+// idle is logged once each, with the time spent in the state left.
+func TestIdleTickSlows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		td := startDaemon(t, setup{links: []config.Link{testLink("wan")}})
+		s := td.Shaping("wan")
+		down := s.shapers[estimator.Down]
+		ticks := func(d time.Duration) int {
+			before := down.StatsCalls()
+			td.clock.Advance(d)
+			return down.StatsCalls() - before
+		}
+		for _, sh := range s.shapers {
+			sh.quiet.Store(true)
+		}
+		td.clock.Advance(12 * time.Second) // idle after 10 s without load
+		if got, want := ticks(5*time.Second), int(5*time.Second/controller.IdleTick); got != want {
+			t.Errorf("%d ticks in 5s idle, want %d (one every %v)", got, want, controller.IdleTick)
+		}
+		for _, sh := range s.shapers {
+			sh.quiet.Store(false)
+		}
+		// One slow tick sees the load; from the next the tick is fast.
+		td.clock.Advance(controller.IdleTick)
+		if got, want := ticks(time.Second), int(time.Second/controller.DefaultTick); got != want {
+			t.Errorf("%d ticks in the second after load came back, want %d (one every %v)", got, want, controller.DefaultTick)
+		}
+		var got []string
+		for _, e := range td.logs.FilterMessage("state changed").All() {
+			f := e.ContextMap()
+			got = append(got, fmt.Sprintf("%v from %v", f["state"], f["from"]))
+			if s, ok := f["from_s"].(float64); !ok || s <= 0 {
+				t.Errorf("%q logged from_s %v, want the seconds spent in %v", e.Message, f["from_s"], f["from"])
+			}
+		}
+		if diff := cmp.Diff([]string{"idle from active", "active from idle"}, got); diff != "" {
+			t.Errorf("state lines (-want +got):\n%s", diff)
+		}
+		if err := td.Stop(); err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
 }
 
 // TestStall: reflectors that stop answering never let a rate rise; the

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -169,12 +168,12 @@ func TestReloadAppliesSettings(t *testing.T) {
 	var logBuf safeLog
 	level := zap.NewAtomicLevelAt(zap.InfoLevel)
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logBuf), level))
-	reg := prometheus.NewRegistry()
 	dir := t.TempDir()
 	addrA, addrB := freePort(t), freePort(t)
 	cur := config.Config{LogLevel: "info", MetricsListen: addrA, Decisions: filepath.Join(dir, "a.jsonl"), DecisionsMaxMB: 10}
 	d := New(Options{Logger: log, Level: level})
-	d.metrics, d.server = NewMetrics(reg, "v"), &metricsServer{reg: reg, log: log}
+	d.metrics = NewMetrics("v")
+	d.server = &metricsServer{metrics: d.metrics, log: log}
 	d.decisions = NewRecordFile(RecordFileConfig{Path: cur.Decisions, MaxBytes: 10 << 20, Logger: log})
 	ctx := context.Background()
 	if err := d.server.serve(ctx, cur.MetricsListen); err != nil {
@@ -226,9 +225,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 // TestMetricsServerMoveFails: a new address that cannot be listened on
 // leaves the metrics where they were, and says so.
 func TestMetricsServerMoveFails(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	NewMetrics(reg, "v")
-	s := &metricsServer{reg: reg, log: zap.NewNop()}
+	s := &metricsServer{metrics: NewMetrics("v"), log: zap.NewNop()}
 	addr := freePort(t)
 	if err := s.serve(context.Background(), addr); err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ func (r *linkRunner) stop(remove bool) linkState {
 			if _, err := shapers[d].SetRate(context.Background(), uint64(base)); err != nil {
 				r.log.Error("failed to leave the shaper at its base rate", zap.String("dir", d.String()), zap.Error(err))
 			} else {
-				r.log.Info("left the shaper at its base rate", zap.String("dir", d.String()), zap.Float64("rate_kbit", base/1000))
+				r.log.Info("left the shaper at its base rate", zap.String("dir", d.String()), zap.Int64("rate_kbit", kbit(base)))
 			}
 		}
 		r.shaping.Close()
@@ -202,6 +202,8 @@ type linkLoop struct {
 	sum            *summary
 	failing        bool // the last tick failed to apply a rate
 	nextReflectors time.Time
+	state          controller.State // as of the last tick
+	stateFrom      time.Time        // when the link entered state
 }
 
 // newLoop builds the link's estimator, probe pool and controller, starting
@@ -221,7 +223,7 @@ func (r *linkRunner) newLoop(shapers [2]controller.Shaper, saved linkState) (*li
 	reflectors = preferSaved(reflectors, saved.Reflectors)
 	targets := r.opts.Targets
 	if targets == nil {
-		targets = probe.NewTargetFactory(probe.TargetOptions{Logger: r.log})
+		targets = probe.NewTargetFactory(probe.TargetOptions{Logger: r.log, Device: r.cfg.Interface})
 	}
 	pool, err := probe.NewPool(probe.PoolConfig{
 		Reflectors: reflectors, Active: r.cfg.ActiveReflectors, Rate: r.cfg.ProbeRate, Method: r.cfg.Method,
@@ -237,7 +239,7 @@ func (r *linkRunner) newLoop(shapers [2]controller.Shaper, saved linkState) (*li
 	ccfg := controller.Config{Link: r.cfg.Name, Tick: r.opts.Tick}
 	for _, d := range estimator.Directions {
 		ccfg.Directions[d] = r.cfg.Directions[d]
-		if pols[d], err = config.NewPolicy(r.cfg); err != nil {
+		if pols[d], err = config.NewPolicy(r.cfg, d); err != nil {
 			return nil, err
 		}
 	}
@@ -255,8 +257,9 @@ func (l *linkLoop) run(ctx context.Context) error {
 	samples := make(chan estimator.Sample, 256)
 	poolDone := make(chan error, 1)
 	go func() { poolDone <- l.pool.Run(ctx, samples) }()
-	tick, stopTick := l.opts.Clock.NewTicker(l.opts.Tick)
-	defer stopTick()
+	period := l.opts.Tick
+	tick, stopTick := l.opts.Clock.NewTicker(period)
+	defer func() { stopTick() }()
 	// Once a second the shaping is compared with what the kernel holds:
 	// what someone deleted of autoshape's is made again, what someone put
 	// in its place is left alone, and each is logged once.
@@ -284,8 +287,27 @@ func (l *linkLoop) run(ctx context.Context) error {
 			l.onCheck(now)
 		case now := <-tick:
 			l.onTick(ctx, now)
+			// An idle link ticks slowly: its probes are paused and only
+			// load coming back needs noticing.
+			if p := l.tickPeriod(); p != period {
+				stopTick()
+				period = p
+				tick, stopTick = l.opts.Clock.NewTicker(p)
+			}
 		}
 	}
+}
+
+// idleCheckEvery is how often the shaping of an idle link is compared
+// with the kernel's.
+const idleCheckEvery = 5 * time.Second
+
+// tickPeriod is the control interval for the controller's state.
+func (l *linkLoop) tickPeriod() time.Duration {
+	if l.ctrl.State() == controller.Idle {
+		return max(controller.IdleTick, l.opts.Tick)
+	}
+	return l.opts.Tick
 }
 
 // onCheck compares the shaping with the kernel's, at most every
@@ -301,10 +323,14 @@ func (l *linkLoop) onCheck(now time.Time) {
 		// next tick writes the controller's.
 		l.ctrl.Reattach(l.shapers)
 	}
-	// While the interface is away, look less often.
-	if err != nil {
+	// While the interface is away, look less often; while the link is
+	// idle too, as a shaping rebuilt then has nothing to shape yet.
+	switch {
+	case err != nil:
 		l.checkEvery = min(2*l.checkEvery, 10*time.Second)
-	} else {
+	case l.ctrl.State() == controller.Idle:
+		l.checkEvery = idleCheckEvery
+	default:
 		l.checkEvery = time.Second
 	}
 	l.nextCheck = now.Add(l.checkEvery)
@@ -328,6 +354,7 @@ func (l *linkLoop) onTick(ctx context.Context, now time.Time) {
 		l.sum.add(l.ctrl.Observation(d))
 	}
 	l.metrics.SetState(l.cfg.Name, l.ctrl.State())
+	l.logState(now)
 	if now.After(l.nextReflectors) {
 		l.metrics.Reflectors(l.cfg.Name, l.pool.Stats())
 		l.nextReflectors = now.Add(5 * time.Second)
@@ -343,11 +370,26 @@ func (l *linkLoop) onTick(ctx context.Context, now time.Time) {
 	l.failing = err != nil
 }
 
+// logState writes one line when the link enters or leaves idle or stall,
+// with how long it was in the state it left.
+func (l *linkLoop) logState(now time.Time) {
+	if l.stateFrom.IsZero() {
+		l.stateFrom = now
+	}
+	st := l.ctrl.State()
+	if st == l.state {
+		return
+	}
+	l.log.Info("state changed", zap.String("state", st.String()), zap.String("from", l.state.String()),
+		zap.Float64("from_s", tenths(now.Sub(l.stateFrom).Seconds())))
+	l.state, l.stateFrom = st, now
+}
+
 // record logs a decision (one INFO line with its reasons), counts it and
 // appends it to the decision file, which says itself (at most once a
 // minute) when it cannot.
 func (r *linkRunner) record(d controller.Decision) {
-	r.log.Info("rate change", zap.Object("decision", d))
+	r.log.Info("rate change", zap.Inline(d))
 	r.metrics.Decision(d)
 	if r.dec != nil {
 		_ = r.dec.Write(d)

@@ -1,18 +1,14 @@
 package daemon
 
 import (
-	"context"
-	"errors"
+	"bytes"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"runtime"
+	"strings"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
@@ -55,13 +51,6 @@ const (
 	delayBucketCount  = 13
 )
 
-// metricsPath is where serveMetrics answers scrapes.
-const metricsPath = "/metrics"
-
-// metricsShutdownTimeout bounds how long serveMetrics waits for scrapes in
-// flight when its context ends.
-const metricsShutdownTimeout = 5 * time.Second
-
 // rateChangeReasons lists the reasons whose rate-change series AddLink
 // creates. A Decision with any other reason is still counted; its series
 // appears with its first change.
@@ -80,38 +69,97 @@ func controllerStates() []controller.State {
 	return []controller.State{controller.Active, controller.Idle, controller.Stall}
 }
 
+// A family is one metric: its series, written in Prometheus' text format
+// under the metric's HELP and TYPE lines.
+type family struct {
+	name, typ, help string
+	set             *metrics.Set
+}
+
+// series names one of f's series by its labels, given as name, value
+// pairs in the order of the names, so that a series has one spelling.
+func (f *family) series(labels ...string) string {
+	var b strings.Builder
+	b.WriteString(f.name)
+	b.WriteByte('{')
+	for i := 0; i+1 < len(labels); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(labels[i])
+		b.WriteString(`="`)
+		labelEscaper.WriteString(&b, labels[i+1])
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// labelEscaper escapes a label value for the text format.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func (f *family) gauge(labels ...string) *metrics.Gauge {
+	return f.set.GetOrCreateGauge(f.series(labels...), nil)
+}
+
+func (f *family) counter(labels ...string) *metrics.Counter {
+	return f.set.GetOrCreateCounter(f.series(labels...))
+}
+
+// write writes f's series under its HELP and TYPE lines, or nothing when
+// it has none.
+func (f *family) write(w io.Writer, buf *bytes.Buffer) {
+	buf.Reset()
+	f.set.WritePrometheus(buf)
+	if buf.Len() == 0 {
+		return
+	}
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.typ)
+	w.Write(buf.Bytes())
+}
+
 // Metrics are the daemon's Prometheus metrics. Its methods are safe for
 // concurrent use (one controller per link may feed it), and a nil *Metrics
-// is valid: every method is then a no-op, so the daemon runs the same way
-// with metrics off.
+// is valid: every method is then a no-op.
 type Metrics struct {
-	shaperRate       *prometheus.GaugeVec     // link, dir
-	achievedRate     *prometheus.GaugeVec     // link, dir
-	capacityEstimate *prometheus.GaugeVec     // link, dir
-	delayDelta       *prometheus.HistogramVec // link, dir
-	bloatEvents      *prometheus.CounterVec   // link, dir
-	rateChanges      *prometheus.CounterVec   // link, dir, reason
-	state            *prometheus.GaugeVec     // link, state
+	shaperRate       *family // gauge: dir, link
+	achievedRate     *family // gauge: dir, link
+	capacityEstimate *family // gauge: dir, link
+	delayDelta       *family // histogram: dir, link
+	bloatEvents      *family // counter: dir, link
+	rateChanges      *family // counter: dir, link, reason
+	state            *family // gauge: link, state
 
-	reflectorBaseline *prometheus.GaugeVec   // link, reflector
-	reflectorAnswered *prometheus.CounterVec // link, reflector
-	reflectorLost     *prometheus.CounterVec // link, reflector
+	reflectorBaseline *family // gauge: link, reflector
+	reflectorAnswered *family // counter: link, reflector
+	reflectorLost     *family // counter: link, reflector
 
-	buildInfo prometheus.Gauge
+	buildInfo *family // gauge: goversion, version
+
+	families []*family // in the order of their names
 
 	mu sync.Mutex
-	// bloated is whether the last observation of a link and direction was
-	// bloated: a bloat event is the step from false to true.
-	bloated map[linkDir]bool
+	// links holds each link's series that are updated every tick.
+	links map[string]*linkSeries
 	// reflectors holds each link's last snapshot of its reflectors'
 	// counters, by reflector label.
 	reflectors map[string]map[string]reflectorCounts
 }
 
-// A linkDir is one direction of one link.
-type linkDir struct {
-	link string
-	dir  estimator.Direction
+// linkSeries are one link's series that every tick updates, looked up once.
+type linkSeries struct {
+	dirs  [len(estimator.Directions)]dirSeries // by estimator.Direction
+	state []*metrics.Gauge                     // by controllerStates()
+}
+
+// dirSeries are one direction's series of a link.
+type dirSeries struct {
+	shaperRate, achievedRate, capacityEstimate *metrics.Gauge
+	delayDelta                                 *metrics.PrometheusHistogram
+	bloatEvents                                *metrics.Counter
+	// bloated is whether the last observation was bloated: a bloat event
+	// is the step from false to true.
+	bloated bool
 }
 
 // reflectorCounts are a reflector's probe counters at the last snapshot.
@@ -119,73 +167,45 @@ type reflectorCounts struct {
 	answered, lost uint64
 }
 
-// NewMetrics makes the daemon's metrics and registers them with reg; a nil
-// reg returns a nil *Metrics (metrics off). It panics when a metric is
-// registered with reg already.
-func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
-	if reg == nil {
-		return nil
+// NewMetrics makes the daemon's metrics, with the build info naming
+// version.
+func NewMetrics(version string) *Metrics {
+	fam := func(name, typ, help string) *family {
+		return &family{name: name, typ: typ, help: help, set: metrics.NewSet()}
 	}
-	linkDirLabels := []string{labelLink, labelDir}
-	reflectorLabels := []string{labelLink, labelReflector}
 	m := &Metrics{
-		shaperRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricShaperRate,
-			Help: "The rate the shaper is set to, in bit/s.",
-		}, linkDirLabels),
-		achievedRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricAchievedRate,
-			Help: "The rate through the shaper over the last counter interval, in bit/s.",
-		}, linkDirLabels),
-		capacityEstimate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricCapacityEstimate,
-			Help: "CAKE's own capacity estimate, in bit/s; 0 when the shaper has none.",
-		}, linkDirLabels),
-		delayDelta: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    metricDelayDelta,
-			Help:    "The delay added over the baseline, combined across reflectors, observed every tick that has a fresh sample, in seconds.",
-			Buckets: prometheus.ExponentialBuckets(delayBucketStart, delayBucketFactor, delayBucketCount),
-		}, linkDirLabels),
-		bloatEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricBloatEvents,
-			Help: "Times bloat was detected after a tick without it.",
-		}, linkDirLabels),
-		rateChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricRateChanges,
-			Help: "Rate changes written to the shaper, by reason.",
-		}, []string{labelLink, labelDir, labelReason}),
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricState,
-			Help: "The controller's state for the link: 1 for the current state, 0 for the others.",
-		}, []string{labelLink, labelState}),
-		reflectorBaseline: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricReflectorBaseline,
-			Help: "An active reflector's baseline round trip, in seconds; 0 before its first answer.",
-		}, reflectorLabels),
-		reflectorAnswered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricReflectorAnswered,
-			Help: "Probes an active reflector answered.",
-		}, reflectorLabels),
-		reflectorLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricReflectorLost,
-			Help: "Probes to an active reflector that were lost.",
-		}, reflectorLabels),
-		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name:        metricBuildInfo,
-			Help:        "Always 1; its labels name the version of autoshape and of Go it was built with.",
-			ConstLabels: prometheus.Labels{labelVersion: version, labelGoVersion: runtime.Version()},
-		}),
-		bloated:    make(map[linkDir]bool),
-		reflectors: make(map[string]map[string]reflectorCounts),
+		shaperRate:       fam(metricShaperRate, "gauge", "The rate the shaper is set to, in bit/s."),
+		achievedRate:     fam(metricAchievedRate, "gauge", "The rate through the shaper over the last counter interval, in bit/s."),
+		capacityEstimate: fam(metricCapacityEstimate, "gauge", "CAKE's own capacity estimate, in bit/s; 0 when the shaper has none."),
+		delayDelta: fam(metricDelayDelta, "histogram",
+			"The delay added over the baseline, combined across reflectors, observed every tick that has a fresh sample, in seconds."),
+		bloatEvents:       fam(metricBloatEvents, "counter", "Times bloat was detected after a tick without it."),
+		rateChanges:       fam(metricRateChanges, "counter", "Rate changes written to the shaper, by reason."),
+		state:             fam(metricState, "gauge", "The controller's state for the link: 1 for the current state, 0 for the others."),
+		reflectorBaseline: fam(metricReflectorBaseline, "gauge", "An active reflector's baseline round trip, in seconds; 0 before its first answer."),
+		reflectorAnswered: fam(metricReflectorAnswered, "counter", "Probes an active reflector answered."),
+		reflectorLost:     fam(metricReflectorLost, "counter", "Probes to an active reflector that were lost."),
+		buildInfo:         fam(metricBuildInfo, "gauge", "Always 1; its labels name the version of autoshape and of Go it was built with."),
+		links:             make(map[string]*linkSeries),
+		reflectors:        make(map[string]map[string]reflectorCounts),
 	}
-	reg.MustRegister(
-		m.shaperRate, m.achievedRate, m.capacityEstimate, m.delayDelta,
-		m.bloatEvents, m.rateChanges, m.state,
-		m.reflectorBaseline, m.reflectorAnswered, m.reflectorLost,
-		m.buildInfo,
-	)
-	m.buildInfo.Set(1)
+	m.families = []*family{
+		m.achievedRate, m.bloatEvents, m.buildInfo, m.capacityEstimate, m.delayDelta, m.rateChanges,
+		m.reflectorAnswered, m.reflectorBaseline, m.reflectorLost, m.shaperRate, m.state,
+	}
+	m.buildInfo.gauge(labelGoVersion, runtime.Version(), labelVersion, version).Set(1)
 	return m
+}
+
+// WritePrometheus writes every series in Prometheus' text format.
+func (m *Metrics) WritePrometheus(w io.Writer) {
+	if m == nil {
+		return
+	}
+	var buf bytes.Buffer
+	for _, f := range m.families {
+		f.write(w, &buf)
+	}
 }
 
 // AddLink creates link's series for both directions, every known reason and
@@ -195,47 +215,64 @@ func (m *Metrics) AddLink(link string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	m.link(link)
+	m.mu.Unlock()
 	for _, d := range estimator.Directions {
-		dir := d.String()
-		m.shaperRate.WithLabelValues(link, dir)
-		m.achievedRate.WithLabelValues(link, dir)
-		m.capacityEstimate.WithLabelValues(link, dir)
-		m.delayDelta.WithLabelValues(link, dir)
-		m.bloatEvents.WithLabelValues(link, dir)
 		for _, r := range rateChangeReasons() {
-			m.rateChanges.WithLabelValues(link, dir, string(r))
+			m.rateChanges.counter(labelDir, d.String(), labelLink, link, labelReason, string(r))
+		}
+	}
+}
+
+// link returns link's per-tick series, creating them on first use. m.mu
+// must be held.
+func (m *Metrics) link(link string) *linkSeries {
+	if ls, ok := m.links[link]; ok {
+		return ls
+	}
+	ls := &linkSeries{}
+	for _, d := range estimator.Directions {
+		labels := []string{labelDir, d.String(), labelLink, link}
+		ls.dirs[d] = dirSeries{
+			shaperRate:       m.shaperRate.gauge(labels...),
+			achievedRate:     m.achievedRate.gauge(labels...),
+			capacityEstimate: m.capacityEstimate.gauge(labels...),
+			delayDelta: m.delayDelta.set.GetOrCreatePrometheusHistogramExt(m.delayDelta.series(labels...),
+				metrics.ExponentialBuckets(delayBucketStart, delayBucketFactor, delayBucketCount)),
+			bloatEvents: m.bloatEvents.counter(labels...),
 		}
 	}
 	for _, s := range controllerStates() {
-		m.state.WithLabelValues(link, s.String())
+		ls.state = append(ls.state, m.state.gauge(labelLink, link, labelState, s.String()))
 	}
+	m.links[link] = ls
+	return ls
 }
 
 // Observe records one tick's observation of one direction of link, whose
 // shaper is set to rate (bit/s). The delay is observed only when some
 // reflector had a fresh sample (the estimator's Delta is 0 without one, which
-// is no measurement). A bloat event is counted when bloat is detected after
-// a tick without it, so a run of bloated ticks counts once.
+// is no measurement), and a delay below the baseline counts as none. A bloat
+// event is counted when bloat is detected after a tick without it, so a run
+// of bloated ticks counts once.
 func (m *Metrics) Observe(link string, obs estimator.Observation, rate float64) {
 	if m == nil {
 		return
 	}
-	dir := obs.Direction.String()
-	m.shaperRate.WithLabelValues(link, dir).Set(rate)
-	m.achievedRate.WithLabelValues(link, dir).Set(obs.Achieved)
-	m.capacityEstimate.WithLabelValues(link, dir).Set(obs.CapacityEstimate)
-	if obs.Reflectors > 0 {
-		m.delayDelta.WithLabelValues(link, dir).Observe(obs.Delta.Seconds())
-	}
-
-	key := linkDir{link, obs.Direction}
 	m.mu.Lock()
-	was := m.bloated[key]
-	m.bloated[key] = obs.Bloat
-	m.mu.Unlock()
-	if obs.Bloat && !was {
-		m.bloatEvents.WithLabelValues(link, dir).Inc()
+	defer m.mu.Unlock()
+	s := &m.link(link).dirs[obs.Direction]
+	s.shaperRate.Set(rate)
+	s.achievedRate.Set(obs.Achieved)
+	s.capacityEstimate.Set(obs.CapacityEstimate)
+	if obs.Reflectors > 0 {
+		s.delayDelta.Update(max(obs.Delta, 0).Seconds())
 	}
+	if obs.Bloat && !s.bloated {
+		s.bloatEvents.Inc()
+	}
+	s.bloated = obs.Bloat
 }
 
 // Decision counts one rate change by its link, direction and reason.
@@ -243,7 +280,7 @@ func (m *Metrics) Decision(d controller.Decision) {
 	if m == nil {
 		return
 	}
-	m.rateChanges.WithLabelValues(d.Link, d.Direction.String(), string(d.Reason)).Inc()
+	m.rateChanges.counter(labelDir, d.Direction.String(), labelLink, d.Link, labelReason, string(d.Reason)).Inc()
 }
 
 // SetState sets link's state gauge to 1 for s and 0 for the other states.
@@ -251,12 +288,14 @@ func (m *Metrics) SetState(link string, s controller.State) {
 	if m == nil {
 		return
 	}
-	for _, st := range controllerStates() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, st := range controllerStates() {
 		v := 0.0
 		if st == s {
 			v = 1
 		}
-		m.state.WithLabelValues(link, st.String()).Set(v)
+		m.link(link).state[i].Set(v)
 	}
 }
 
@@ -277,18 +316,18 @@ func (m *Metrics) Reflectors(link string, stats probe.PoolStats) {
 	for _, r := range stats.Reflectors {
 		name := r.Addr.String()
 		last := prev[name]
-		m.reflectorBaseline.WithLabelValues(link, name).Set(r.Baseline.Seconds())
-		m.reflectorAnswered.WithLabelValues(link, name).Add(float64(counterDelta(last.answered, r.Answered)))
-		m.reflectorLost.WithLabelValues(link, name).Add(float64(counterDelta(last.lost, r.Lost)))
+		m.reflectorBaseline.gauge(labelLink, link, labelReflector, name).Set(r.Baseline.Seconds())
+		m.reflectorAnswered.counter(labelLink, link, labelReflector, name).AddInt64(int64(counterDelta(last.answered, r.Answered)))
+		m.reflectorLost.counter(labelLink, link, labelReflector, name).AddInt64(int64(counterDelta(last.lost, r.Lost)))
 		next[name] = reflectorCounts{answered: r.Answered, lost: r.Lost}
 	}
 	for name := range prev {
 		if _, ok := next[name]; ok {
 			continue
 		}
-		m.reflectorBaseline.DeleteLabelValues(link, name)
-		m.reflectorAnswered.DeleteLabelValues(link, name)
-		m.reflectorLost.DeleteLabelValues(link, name)
+		for _, f := range []*family{m.reflectorBaseline, m.reflectorAnswered, m.reflectorLost} {
+			f.set.UnregisterMetric(f.series(labelLink, link, labelReflector, name))
+		}
 	}
 	m.reflectors[link] = next
 }
@@ -300,59 +339,4 @@ func counterDelta(last, now uint64) uint64 {
 		return now
 	}
 	return now - last
-}
-
-// listenMetrics listens on addr (host:port) for serveMetrics.
-func listenMetrics(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen for metrics on %q: %w", addr, err)
-	}
-	return ln, nil
-}
-
-// serveMetrics serves reg's metrics at /metrics on ln until ctx ends, then
-// shuts the server down gracefully (scrapes in flight get a few seconds) and
-// returns nil. It closes ln. It is a Task: run it under the daemon's
-// errgroup.
-func serveMetrics(ctx context.Context, ln net.Listener, reg *prometheus.Registry, log *zap.Logger) error {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	addr := ln.Addr().String()
-	log = log.With(zap.String("addr", addr))
-	errLog := zap.NewStdLog(log)
-	mux := http.NewServeMux()
-	mux.Handle(metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      errLog,
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
-	srv := &http.Server{
-		Handler:           mux,
-		ErrorLog:          errLog,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
-	}
-
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving metrics", zap.String("path", metricsPath))
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("failed to serve metrics on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metricsShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		// A scrape outlived the grace period: cut it off, shutting down is
-		// not an error.
-		log.Warn("metrics server did not shut down in time", zap.Error(err))
-		srv.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("metrics server stopped", zap.Error(err))
-	}
-	return nil
 }

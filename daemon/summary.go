@@ -32,23 +32,32 @@ func (s *summary) due(now time.Time) bool {
 	return !now.Before(s.next)
 }
 
-// log writes the minute's summary and starts the next minute.
+// log writes the minute's summary and starts the next minute: whole kbit/s,
+// delays to 0.1 ms, CAKE's estimate only where there is one.
 func (s *summary) log(log *zap.Logger, now time.Time, c *controller.Controller, reflectors int) {
-	fields := []zap.Field{zap.String("state", c.State().String()), zap.Int("active_reflectors", reflectors)}
+	fields := make([]zap.Field, 0, 12)
+	fields = append(fields, zap.String("state", c.State().String()), zap.Int("reflectors", reflectors))
 	for _, d := range estimator.Directions {
 		o := c.Observation(d)
-		p50, p95 := percentile(s.delays[d], 0.5), percentile(s.delays[d], 0.95)
+		dir := d.String()
 		fields = append(fields,
-			zap.Float64(d.String()+"_rate_kbit", c.Rate(d)/1000),
-			zap.Float64(d.String()+"_achieved_kbit", o.Achieved/1000),
-			zap.Float64(d.String()+"_capacity_estimate_kbit", o.CapacityEstimate/1000),
-			zap.Float64(d.String()+"_delay_p50_ms", p50),
-			zap.Float64(d.String()+"_delay_p95_ms", p95))
+			zap.Int64(dir+"_rate_kbit", kbit(c.Rate(d))),
+			zap.Int64(dir+"_achieved_kbit", kbit(o.Achieved)))
+		if o.CapacityEstimate > 0 {
+			fields = append(fields, zap.Int64(dir+"_capacity_estimate_kbit", kbit(o.CapacityEstimate)))
+		}
+		fields = append(fields,
+			zap.Float64(dir+"_delay_p50_ms", tenths(percentile(s.delays[d], 0.5))),
+			zap.Float64(dir+"_delay_p95_ms", tenths(percentile(s.delays[d], 0.95))))
 		s.delays[d] = s.delays[d][:0]
 	}
 	log.Info("summary", fields...)
 	s.next = now.Add(time.Minute)
 }
+
+func kbit(bps float64) int64 { return int64(math.Round(bps / 1000)) }
+
+func tenths(v float64) float64 { return math.Round(v*10) / 10 }
 
 func percentile(v []float64, p float64) float64 {
 	if len(v) == 0 {

@@ -1,10 +1,12 @@
 #!/bin/sh
-# check.sh keeps the packaging honest: the OpenWrt example configuration
-# parses, the systemd unit keeps its hardening, the procd init script parses
-# and does what it says with procd stubbed out, the feed Makefile installs
-# files that exist. Needs Go; uses systemd-analyze when there is one; as
-# root with ip(8) and setpriv(1) it also runs the daemon with exactly the
-# unit's capabilities, as nobody, in throwaway network namespaces.
+# check.sh keeps the packaging honest: the OpenWrt example configurations
+# (TOML and UCI) parse, the binary reports its version, the systemd unit
+# keeps its hardening, the procd init script parses and does what it says
+# with procd stubbed out, the feed Makefile installs files that exist, builds
+# the router binary alone, names its licence and hashes what it downloads.
+# Needs Go; uses systemd-analyze when there is one; as root with ip(8) and
+# setpriv(1) it also runs the daemon with exactly the unit's capabilities, as
+# nobody, in throwaway network namespaces.
 #
 #   packaging/check.sh          (from anywhere)
 #
@@ -18,6 +20,7 @@ cd "$ROOT"
 UNIT=packaging/systemd/autoshape.service
 INIT=packaging/openwrt/autoshape.init
 TOML=packaging/openwrt/autoshape.toml
+UCI=packaging/openwrt/autoshape.uci
 FEED=packaging/openwrt/Makefile
 
 TMP=$(mktemp -d)
@@ -38,14 +41,41 @@ skip() { printf 'skip  %s\n' "$1"; }
 
 # One build serves every check below: `config check` with it is what
 # `go run ./cmd/autoshape config check` would do, without building twice.
-go build -o "$TMP/autoshape" ./cmd/autoshape
+# -buildvcs=auto, Go's default, in case GOFLAGS turns it off.
+go build -buildvcs=auto -o "$TMP/autoshape" ./cmd/autoshape
 BIN=$TMP/autoshape
 
-# (a) The OpenWrt example configuration passes the daemon's own check.
+# (a) The OpenWrt example configurations pass the daemon's own check.
 if out=$("$BIN" config check "$TOML" 2>&1); then
 	ok "config check $TOML"
 else
 	fail "config check $TOML: $out"
+fi
+if [ ! -f "$UCI" ]; then
+	skip "config check $UCI: no such file yet"
+elif out=$("$BIN" config check "$UCI" 2>&1); then
+	ok "config check $UCI"
+else
+	fail "config check $UCI: $out"
+fi
+
+# The version: a build from a checkout names its commit, -X main.version
+# stamps a release.
+got=$("$BIN" version)
+if ! git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+	skip "version of a build from a checkout: not a git checkout"
+elif commit=$(git -C "$ROOT" rev-parse --short=12 HEAD) &&
+	printf '%s\n' "$got" | grep -q -- "-$commit"; then
+	# Go's pseudo-version (v0.0.0-DATE-COMMIT), or dev-COMMIT.
+	ok "version from the build info: $got"
+else
+	fail "version of a build from a checkout: \"$got\", want the commit $commit in it"
+fi
+go build -ldflags '-X main.version=9.8.7-r6' -o "$TMP/autoshape-stamped" ./cmd/autoshape
+if [ "$("$TMP/autoshape-stamped" version)" = "autoshape 9.8.7-r6" ]; then
+	ok "version stamped with -X main.version"
+else
+	fail "version stamped with -X main.version: $("$TMP/autoshape-stamped" version)"
 fi
 
 # (b) The unit keeps its privileges down and its commands right.
@@ -132,20 +162,54 @@ else
 	ok "init start_service refuses a broken configuration"
 fi
 
-# The feed Makefile: installs files that exist, builds the right package,
-# and its recipes are tab-indented (make's rule, easy to lose in an edit).
-for f in autoshape.init autoshape.toml; do
+# The feed Makefile: installs files that exist, builds the router binary
+# alone, says what it is and under which licence, stamps the version, and its
+# recipes are tab-indented (make's rule, easy to lose in an edit).
+for f in autoshape.init autoshape.toml autoshape.uci; do
 	if grep -q "\./$f " "$FEED" && [ -f "packaging/openwrt/$f" ]; then
 		ok "feed Makefile installs $f"
 	else
 		fail "feed Makefile: ./$f is not installed or missing"
 	fi
 done
-pkg=$(sed -n 's/^GO_PKG_BUILD_PKG:=//p' "$FEED")
-if [ "$(go list "$pkg" 2>/dev/null)" = "$pkg" ]; then
-	ok "feed Makefile: GO_PKG_BUILD_PKG $pkg"
+field() { sed -n "s/^$1:=//p" "$FEED"; }
+for key in PKG_NAME PKG_VERSION PKG_RELEASE PKG_MAINTAINER; do
+	if [ -n "$(field $key)" ]; then ok "feed Makefile: $key $(field $key)"; else fail "feed Makefile: no $key"; fi
+done
+if [ "$(field PKG_LICENSE)" = Apache-2.0 ]; then
+	ok "feed Makefile: PKG_LICENSE Apache-2.0"
 else
-	fail "feed Makefile: GO_PKG_BUILD_PKG \"$pkg\" is not a package here"
+	fail "feed Makefile: PKG_LICENSE \"$(field PKG_LICENSE)\", want Apache-2.0"
+fi
+files=$(field PKG_LICENSE_FILES)
+[ -n "$files" ] || fail "feed Makefile: no PKG_LICENSE_FILES"
+for f in $files; do
+	if [ -f "$f" ] && grep -q 'Apache License' "$f" && grep -q 'Version 2.0, January 2004' "$f"; then
+		ok "feed Makefile: PKG_LICENSE_FILES $f is the Apache License 2.0"
+	else
+		fail "feed Makefile: PKG_LICENSE_FILES names $f, which is missing or not the Apache License 2.0"
+	fi
+done
+pkg=$(field GO_PKG_BUILD_PKG)
+if [ "$pkg" = github.com/autoshape/autoshape/cmd/autoshape ] &&
+	[ "$(go list "$pkg" 2>/dev/null)" = "$pkg" ]; then
+	ok "feed Makefile: GO_PKG_BUILD_PKG is the router binary alone"
+else
+	fail "feed Makefile: GO_PKG_BUILD_PKG \"$pkg\", want github.com/autoshape/autoshape/cmd/autoshape alone"
+fi
+case $(field GO_PKG_LDFLAGS_X) in
+main.version=*) ok "feed Makefile: GO_PKG_LDFLAGS_X stamps main.version" ;;
+*) fail "feed Makefile: GO_PKG_LDFLAGS_X does not stamp main.version" ;;
+esac
+# A downloaded source is checked against its hash; "skip" checks nothing.
+# The local source tree (./src) has nothing to hash.
+hash=$(field PKG_MIRROR_HASH)
+if [ "$hash" = skip ]; then
+	fail "feed Makefile: PKG_MIRROR_HASH:=skip (run make package/autoshape/check FIXUP=1)"
+elif [ -n "$(field PKG_SOURCE_URL)" ] && ! printf '%s\n' "$hash" | grep -Eqx '[0-9a-f]{64}'; then
+	fail "feed Makefile: PKG_SOURCE_URL without a PKG_MIRROR_HASH (run make package/autoshape/check FIXUP=1)"
+else
+	ok "feed Makefile: no unchecked download"
 fi
 if awk '/^define Package\/autoshape\/install/,/^endef/' "$FEED" |
 	sed '1d;$d' | grep -v "$(printf '^\t')" | grep -q .; then

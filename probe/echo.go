@@ -32,11 +32,12 @@ import (
 // after, it would have turned every genuine reply into a duplicate).
 //
 // Sockets. One socket per target, opened by Run in the network namespace
-// of the calling thread. On a raw socket (CAP_NET_RAW) the identifier is
-// random and two kernel filters keep the socket's share to its own
-// replies: ICMP_FILTER (ICMPv6: ICMP6_FILTER) passes only echo replies, a
-// BPF program only our identifier, and, for IPv4, whose IP header it sees,
-// only the reflector's source address. On a datagram ("ping") socket the
+// of the calling thread, bound to the link's device if given (socket.go).
+// On a raw socket (CAP_NET_RAW) the identifier is random and two kernel
+// filters keep the socket's share to its own replies: ICMP_FILTER
+// (ICMPv6: ICMP6_FILTER) passes only echo replies, a BPF program only our
+// identifier, and, for IPv4, whose IP header it sees, only the reflector's
+// source address. On a datagram ("ping") socket the
 // kernel picks the identifier and passes the socket only replies that
 // carry it; the source is checked here.
 //
@@ -87,8 +88,10 @@ type echoTarget struct {
 	addr       netip.Addr
 	interval   time.Duration
 	privileged bool
-	log        *zap.Logger
-	now        func() time.Time
+	// device is what the socket is bound to; "" for none.
+	device string
+	log    *zap.Logger
+	now    func() time.Time
 	// id is the identifier of the requests: random on a raw socket; on a
 	// datagram socket the kernel replaces it with its own, and checks it
 	// on the replies itself.
@@ -108,12 +111,14 @@ var _ Target = (*echoTarget)(nil)
 
 // newEchoTarget returns a target that probes addr with echo every
 // interval, each answer awaited up to deadline, through a raw socket if
-// privileged and a datagram socket if not.
-func newEchoTarget(addr netip.Addr, interval, deadline time.Duration, privileged bool, log *zap.Logger) *echoTarget {
+// privileged and a datagram socket if not, bound to device unless it is
+// empty.
+func newEchoTarget(addr netip.Addr, interval, deadline time.Duration, privileged bool, device string, log *zap.Logger) *echoTarget {
 	return &echoTarget{
 		addr:       addr,
 		interval:   interval,
 		privileged: privileged,
+		device:     device,
 		log:        log,
 		now:        time.Now,
 		id:         uint16(rand.Uint32()),
@@ -132,7 +137,8 @@ func (e *echoTarget) Stats() TargetStats {
 
 // Run probes until ctx ends. It opens its socket in the network namespace
 // of the calling thread and returns an error only when it cannot open it
-// or cannot read from it; a send the kernel refuses makes a lost probe.
+// (a device to bind to that is missing is waited for) or cannot read from
+// it; a send the kernel refuses makes a lost probe.
 // When ctx ends, it reports the fates known then; probes still awaiting an
 // answer get no Result.
 func (e *echoTarget) Run(ctx context.Context, sink func(Result)) error {
@@ -150,53 +156,51 @@ func (e *echoTarget) Run(ctx context.Context, sink func(Result)) error {
 		e.mu.Unlock()
 	}()
 
-	conn, dst, err := listenEcho(e.addr, e.privileged, e.id)
-	if err != nil {
+	rep := newReporter(&e.mu, e.w, e.now)
+	sock := newProbeSocket(e.device,
+		func() (net.PacketConn, error) { return listenEcho(e.addr, e.privileged, e.id, e.device) },
+		func(conn net.PacketConn) error { return e.read(conn, rep) })
+	if err := sock.start(); err != nil && !sock.gone(err) {
 		return fmt.Errorf("failed to open echo socket for reflector %s: %w", e.addr, err)
 	}
-	rep := newReporter(&e.mu, e.w, e.now)
-	readErr := make(chan error, 1)
-	go func() { readErr <- e.read(conn, rep) }()
+	dst := echoDst(e.addr, e.privileged)
 	tick := time.NewTicker(e.interval)
 	defer func() {
 		tick.Stop()
 		rep.timer.Stop()
-		conn.Close()
-		if readErr != nil {
-			<-readErr
-		}
+		sock.stop()
 		// The fates known by now are reported; those of the probes still
 		// awaiting an answer never will be.
 		rep.report(sink, false)
 	}()
 
-	e.send(conn, dst, rep, sink)
+	e.send(sock, dst, rep, sink)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			e.send(conn, dst, rep, sink)
+			e.send(sock, dst, rep, sink)
 		case <-rep.wakeup:
 			rep.report(sink, false)
 		case <-rep.timer.C:
 			rep.report(sink, false)
-		case err := <-readErr:
-			readErr = nil
+		case err := <-sock.done:
+			sock.readFailed()
 			return fmt.Errorf("failed to read echo replies from reflector %s: %w", e.addr, err)
 		}
 	}
 }
 
 // send sends the next probe, after reporting what is known to make room.
-func (e *echoTarget) send(conn *icmp.PacketConn, dst net.Addr, rep *reporter, sink func(Result)) {
+func (e *echoTarget) send(sock *probeSocket, dst net.Addr, rep *reporter, sink func(Result)) {
 	rep.report(sink, true)
 	e.mu.Lock()
 	seq, req := e.prepare(e.now(), rand.Uint64())
 	e.mu.Unlock()
 	// The probe is in the window before it leaves: its answer may come
 	// back before WriteTo returns.
-	_, err := conn.WriteTo(req, dst)
+	err := sock.writeTo(req, dst)
 	e.mu.Lock()
 	e.sent(seq, err)
 	e.mu.Unlock()
@@ -244,7 +248,7 @@ func (e *echoTarget) sent(seq int, err error) {
 }
 
 // read receives replies until conn is closed.
-func (e *echoTarget) read(conn *icmp.PacketConn, rep *reporter) error {
+func (e *echoTarget) read(conn net.PacketConn, rep *reporter) error {
 	buf := make([]byte, 512)
 	for {
 		n, from, err := conn.ReadFrom(buf)
@@ -319,73 +323,73 @@ func (e *echoTarget) parseReply(b []byte) (*icmp.Echo, bool) {
 	return echo, true
 }
 
-// listenEcho opens a socket for echo probes to addr in the network
-// namespace of the calling thread, raw if privileged, and returns it with
-// the address to send to. A raw socket receives only echo replies with
-// identifier id (and, for IPv4, from addr).
-func listenEcho(addr netip.Addr, privileged bool, id uint16) (*icmp.PacketConn, net.Addr, error) {
-	ip := addr.AsSlice()
+// echoDst is the address to send echo probes to addr to, on a raw socket
+// if privileged and a datagram socket if not.
+func echoDst(addr netip.Addr, privileged bool) net.Addr {
 	if !privileged {
-		network, laddr := "udp4", "0.0.0.0"
+		return &net.UDPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
+	}
+	return &net.IPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
+}
+
+// listenEcho opens a socket for echo probes to addr in the network
+// namespace of the calling thread, raw if privileged, bound to device
+// unless it is empty. A raw socket receives only echo replies with
+// identifier id (and, for IPv4, from addr).
+func listenEcho(addr netip.Addr, privileged bool, id uint16, device string) (net.PacketConn, error) {
+	if !privileged {
+		network := "udp4"
 		if addr.Is6() {
-			network, laddr = "udp6", "::"
+			network = "udp6"
 		}
-		conn, err := icmp.ListenPacket(network, laddr)
-		if err != nil {
-			return nil, nil, err
-		}
-		return conn, &net.UDPAddr{IP: ip, Zone: addr.Zone()}, nil
+		return listenICMP(network, device)
 	}
 	if addr.Is4() {
-		conn, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+		conn, err := listenICMP("ip4:icmp", device)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		pc := conn.IPv4PacketConn()
+		pc := ipv4.NewPacketConn(conn)
 		var f ipv4.ICMPFilter
 		f.SetAll(true)
 		f.Accept(ipv4.ICMPTypeEchoReply)
 		if err := pc.SetICMPFilter(&f); err != nil {
 			conn.Close()
-			return nil, nil, fmt.Errorf("failed to set icmp filter: %w", err)
+			return nil, fmt.Errorf("failed to set icmp filter: %w", err)
 		}
-		if err := setBPF(conn, echoFilter4(id, addr)); err != nil {
+		if err := setBPF(conn, pc.SetBPF, echoFilter4(id, addr)); err != nil {
 			conn.Close()
-			return nil, nil, err
+			return nil, err
 		}
-		return conn, &net.IPAddr{IP: ip}, nil
+		return conn, nil
 	}
-	conn, err := icmp.ListenPacket("ip6:ipv6-icmp", "::")
+	conn, err := listenICMP("ip6:ipv6-icmp", device)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	pc := conn.IPv6PacketConn()
+	pc := ipv6.NewPacketConn(conn)
 	var f ipv6.ICMPFilter
 	f.SetAll(true)
 	f.Accept(ipv6.ICMPTypeEchoReply)
 	if err := pc.SetICMPFilter(&f); err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("failed to set icmpv6 filter: %w", err)
+		return nil, fmt.Errorf("failed to set icmpv6 filter: %w", err)
 	}
-	if err := setBPF(conn, echoFilter6(id)); err != nil {
+	if err := setBPF(conn, pc.SetBPF, echoFilter6(id)); err != nil {
 		conn.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return conn, &net.IPAddr{IP: ip, Zone: addr.Zone()}, nil
+	return conn, nil
 }
 
-// setBPF attaches prog to conn, then drains what came in before it.
-func setBPF(conn *icmp.PacketConn, prog []bpf.Instruction) error {
+// setBPF attaches prog to conn with attach, then drains what came in
+// before it.
+func setBPF(conn net.PacketConn, attach func([]bpf.RawInstruction) error, prog []bpf.Instruction) error {
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return fmt.Errorf("failed to assemble bpf filter: %w", err)
 	}
-	if p4 := conn.IPv4PacketConn(); p4 != nil {
-		err = p4.SetBPF(raw)
-	} else {
-		err = conn.IPv6PacketConn().SetBPF(raw)
-	}
-	if err != nil {
+	if err := attach(raw); err != nil {
 		return fmt.Errorf("failed to attach bpf filter: %w", err)
 	}
 	// What came in before the filters were on may be anything.

@@ -79,6 +79,11 @@ type TargetOptions struct {
 	// AutoMisses is how many timestamp probes in a row the Auto method lets
 	// go unanswered before it falls back to echo; 0 means DefaultAutoMisses.
 	AutoMisses int
+	// Device is the network interface the probes go out of and their
+	// answers come in on (SO_BINDTODEVICE, Linux only), whatever the
+	// routes say; "" leaves the sockets unbound. A link-local reflector
+	// needs no zone then; one with a zone must name this device.
+	Device string
 }
 
 // NewTarget makes a Target for addr with the zero TargetOptions: echo
@@ -114,13 +119,16 @@ func NewTargetFactory(opts TargetOptions) TargetFactory {
 		if err := checkTiming(interval, deadline); err != nil {
 			return nil, fmt.Errorf("reflector %s: %w", addr, err)
 		}
+		if z := addr.Zone(); z != "" && opts.Device != "" && z != opts.Device {
+			return nil, fmt.Errorf("reflector %s: its zone is not %s, the device its probes are bound to", addr, opts.Device)
+		}
 		log := log.With(zap.String("reflector", addr.String()))
 		echo := func() (Target, error) {
 			privileged, err := echoPrivileged(addr, opts.EchoSocket)
 			if err != nil {
 				return nil, err
 			}
-			return newEchoTarget(addr, interval, deadline, privileged, log.With(zap.String("method", "echo"))), nil
+			return newEchoTarget(addr, interval, deadline, privileged, opts.Device, log.With(zap.String("method", "echo"))), nil
 		}
 		timestamp := func() (*timestampTarget, error) {
 			if !addr.Is4() {
@@ -129,7 +137,7 @@ func NewTargetFactory(opts TargetOptions) TargetFactory {
 			if err := canListen("ip4:icmp"); err != nil {
 				return nil, fmt.Errorf("reflector %s: icmp timestamps need a raw socket: %w", addr, err)
 			}
-			return newTimestampTarget(addr, interval, deadline, log.With(zap.String("method", "timestamp"))), nil
+			return newTimestampTarget(addr, interval, deadline, opts.Device, log.With(zap.String("method", "timestamp"))), nil
 		}
 		switch method {
 		case Echo:

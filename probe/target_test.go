@@ -29,7 +29,9 @@ func TestNewTargetRefuses(t *testing.T) {
 		addr               netip.Addr
 		method             Method
 		interval, deadline time.Duration
-		want               string
+		// device is TargetOptions.Device.
+		device string
+		want   string
 	}{
 		{name: "no address", method: Echo, interval: time.Second, deadline: time.Second, want: "invalid reflector address"},
 		{name: "zero interval", addr: v4, method: Echo, deadline: time.Second, want: "reflector 10.77.0.2: probe interval 0s is not positive"},
@@ -40,10 +42,14 @@ func TestNewTargetRefuses(t *testing.T) {
 		},
 		{name: "timestamps to IPv6", addr: v6, method: Timestamp, interval: time.Second, deadline: time.Second, want: "reflector fd77::2: icmp timestamps need an IPv4 address"},
 		{name: "unknown method", addr: v4, method: Method(7), interval: time.Second, deadline: time.Second, want: "reflector 10.77.0.2: unknown probe method method(7)"},
+		{
+			name: "link-local zone of another device", addr: netip.MustParseAddr("fe80::1%eth0"), method: Echo, interval: time.Second, deadline: time.Second,
+			device: "wan2", want: "reflector fe80::1%eth0: its zone is not wan2, the device its probes are bound to",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewTargetFactory(TargetOptions{EchoSocket: EchoSocketRaw})(tt.addr, tt.method, tt.interval, tt.deadline)
+			_, err := NewTargetFactory(TargetOptions{EchoSocket: EchoSocketRaw, Device: tt.device})(tt.addr, tt.method, tt.interval, tt.deadline)
 			if err == nil || err.Error() != tt.want {
 				t.Errorf("factory error = %v, want %q", err, tt.want)
 			}
@@ -391,7 +397,7 @@ func TestEchoMatching(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(v.name+"/"+tt.name, func(t *testing.T) {
-				e := newEchoTarget(v.refl, 10*ms, 100*ms, tt.privileged, zap.NewNop())
+				e := newEchoTarget(v.refl, 10*ms, 100*ms, tt.privileged, "", zap.NewNop())
 				e.id = 0xbeef
 				proto := 1
 				if v.refl.Is6() {

@@ -15,7 +15,6 @@ import (
 	"github.com/autoshape/autoshape/estimator"
 	"go.uber.org/zap"
 	"golang.org/x/net/bpf"
-	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 )
 
@@ -49,11 +48,12 @@ import (
 // a reflector that sends such values is better probed with echo.
 //
 // Socket: one raw IPv4 socket per target, opened by Run in the network
-// namespace of the calling thread. A raw ICMP socket receives a copy of
-// every ICMP message the host gets; two kernel filters keep each socket's
-// share to its own replies before anything is queued: ICMP_FILTER passes
-// only type 14 (checked before the copy is made), a BPF program only our
-// identifier. A process-wide socket shared by all targets would save the
+// namespace of the calling thread, bound to the link's device if given
+// (socket.go). A raw ICMP socket receives a copy of every ICMP message the
+// host gets (on its device, if bound); two kernel filters keep each
+// socket's share to its own replies before anything is queued: ICMP_FILTER
+// passes only type 14 (checked before the copy is made), a BPF program
+// only our identifier. A process-wide socket shared by all targets would save the
 // copies for the other targets' replies, but it would tie every target to
 // one namespace, make one target's socket error everyone's, and need a
 // registry; with the few reflectors a router probes, the copies cost less
@@ -185,8 +185,10 @@ type timestampTarget struct {
 	addr     netip.Addr
 	dst      *net.IPAddr
 	interval time.Duration
-	log      *zap.Logger
-	now      func() time.Time
+	// device is what the socket is bound to; "" for none.
+	device string
+	log    *zap.Logger
+	now    func() time.Time
 	// id is random, so that targets (and other programs) rarely share one;
 	// when they do, the source address and the originate timestamp still
 	// tell the replies apart.
@@ -205,12 +207,14 @@ type timestampTarget struct {
 var _ Target = (*timestampTarget)(nil)
 
 // newTimestampTarget returns a target that probes addr, an IPv4 address,
-// with timestamps every interval, each answer awaited up to deadline.
-func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, log *zap.Logger) *timestampTarget {
+// with timestamps every interval, each answer awaited up to deadline,
+// through a socket bound to device unless it is empty.
+func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, device string, log *zap.Logger) *timestampTarget {
 	return &timestampTarget{
 		addr:     addr,
 		dst:      &net.IPAddr{IP: addr.AsSlice()},
 		interval: interval,
+		device:   device,
 		log:      log,
 		now:      time.Now,
 		id:       uint16(rand.Uint32()),
@@ -229,8 +233,9 @@ func (t *timestampTarget) Stats() TargetStats {
 }
 
 // Run probes until ctx ends. It opens its socket in the network namespace of
-// the calling thread and returns an error only when it cannot open it or
-// cannot read from it; a send the kernel refuses makes a lost probe. When
+// the calling thread and returns an error only when it cannot open it (a
+// device to bind to that is missing is waited for) or cannot read from
+// it; a send the kernel refuses makes a lost probe. When
 // ctx ends, it reports the fates known then; probes still awaiting an
 // answer get no Result.
 func (t *timestampTarget) Run(ctx context.Context, sink func(Result)) error {
@@ -248,53 +253,50 @@ func (t *timestampTarget) Run(ctx context.Context, sink func(Result)) error {
 		t.mu.Unlock()
 	}()
 
-	conn, err := listenTimestamp(t.id)
-	if err != nil {
+	rep := newReporter(&t.mu, t.w, t.now)
+	sock := newProbeSocket(t.device,
+		func() (net.PacketConn, error) { return listenTimestamp(t.id, t.device) },
+		func(conn net.PacketConn) error { return t.read(conn, rep) })
+	if err := sock.start(); err != nil && !sock.gone(err) {
 		return fmt.Errorf("failed to open icmp timestamp socket for reflector %s: %w", t.addr, err)
 	}
-	rep := newReporter(&t.mu, t.w, t.now)
-	readErr := make(chan error, 1)
-	go func() { readErr <- t.read(conn, rep) }()
 	tick := time.NewTicker(t.interval)
 	defer func() {
 		tick.Stop()
 		rep.timer.Stop()
-		conn.Close()
-		if readErr != nil {
-			<-readErr
-		}
+		sock.stop()
 		// The fates known by now are reported; those of the probes still
 		// awaiting an answer never will be.
 		rep.report(sink, false)
 	}()
 
-	t.send(conn, rep, sink)
+	t.send(sock, rep, sink)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			t.send(conn, rep, sink)
+			t.send(sock, rep, sink)
 		case <-rep.wakeup:
 			rep.report(sink, false)
 		case <-rep.timer.C:
 			rep.report(sink, false)
-		case err := <-readErr:
-			readErr = nil
+		case err := <-sock.done:
+			sock.readFailed()
 			return fmt.Errorf("failed to read icmp timestamp replies from reflector %s: %w", t.addr, err)
 		}
 	}
 }
 
 // send sends the next probe, after reporting what is known to make room.
-func (t *timestampTarget) send(conn *icmp.PacketConn, rep *reporter, sink func(Result)) {
+func (t *timestampTarget) send(sock *probeSocket, rep *reporter, sink func(Result)) {
 	rep.report(sink, true)
 	t.mu.Lock()
 	seq, req := t.prepare(t.now())
 	t.mu.Unlock()
 	// The probe is in the window before it leaves: its answer may come
 	// back before WriteTo returns.
-	_, err := conn.WriteTo(req, t.dst)
+	err := sock.writeTo(req, t.dst)
 	t.mu.Lock()
 	t.sent(seq, err)
 	t.mu.Unlock()
@@ -336,7 +338,7 @@ func (t *timestampTarget) sent(seq int, err error) {
 }
 
 // read receives replies until conn is closed.
-func (t *timestampTarget) read(conn *icmp.PacketConn, rep *reporter) error {
+func (t *timestampTarget) read(conn net.PacketConn, rep *reporter) error {
 	buf := make([]byte, 512)
 	for {
 		n, from, err := conn.ReadFrom(buf)
@@ -388,13 +390,14 @@ func (t *timestampTarget) receive(b []byte, from netip.Addr, arrival time.Time) 
 }
 
 // listenTimestamp opens a raw ICMP socket in the network namespace of the
-// calling thread that receives only timestamp replies with identifier id.
-func listenTimestamp(id uint16) (*icmp.PacketConn, error) {
-	conn, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+// calling thread, bound to device unless it is empty, that receives only
+// timestamp replies with identifier id.
+func listenTimestamp(id uint16, device string) (net.PacketConn, error) {
+	conn, err := listenICMP("ip4:icmp", device)
 	if err != nil {
 		return nil, err
 	}
-	pc := conn.IPv4PacketConn()
+	pc := ipv4.NewPacketConn(conn)
 	var f ipv4.ICMPFilter
 	f.SetAll(true)
 	f.Accept(ipv4.ICMPTypeTimestampReply)
@@ -402,17 +405,7 @@ func listenTimestamp(id uint16) (*icmp.PacketConn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("failed to set icmp filter: %w", err)
 	}
-	prog, err := bpf.Assemble(timestampFilter(id))
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("failed to assemble bpf filter: %w", err)
-	}
-	if err := pc.SetBPF(prog); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("failed to attach bpf filter: %w", err)
-	}
-	// What came in before the filters were on may be anything.
-	if err := drain(conn); err != nil {
+	if err := setBPF(conn, pc.SetBPF, timestampFilter(id)); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -420,7 +413,7 @@ func listenTimestamp(id uint16) (*icmp.PacketConn, error) {
 }
 
 // drain discards the packets queued on conn.
-func drain(conn *icmp.PacketConn) error {
+func drain(conn net.PacketConn) error {
 	if err := conn.SetReadDeadline(time.Now()); err != nil {
 		return fmt.Errorf("failed to drain socket: %w", err)
 	}

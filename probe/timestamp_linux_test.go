@@ -119,7 +119,7 @@ func TestAuto(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newProbeLab(t)
 			if tt.dropTimestamps {
-				l.dropTimestampRequests(t)
+				dropTimestampRequests(t, l.router, labRouterDev)
 			}
 			const deadline = 50 * time.Millisecond
 			tg := newLabTarget(t, l.v4, Auto, 10*time.Millisecond, deadline)
@@ -155,17 +155,17 @@ func TestAuto(t *testing.T) {
 	}
 }
 
-// dropTimestampRequests makes the router's link drop ICMP timestamp
-// requests (a u32 filter sends them to an HTB class whose bfifo holds no
-// bytes), and pass the rest.
-func (l *probeLab) dropTimestampRequests(tb testing.TB) {
+// dropTimestampRequests makes device dev of namespace ns drop the ICMP
+// timestamp requests it sends (a u32 filter sends them to an HTB class
+// whose bfifo holds no bytes), and pass the rest.
+func dropTimestampRequests(tb testing.TB, ns, dev string) {
 	tb.Helper()
-	tc := func(args ...string) { labCmd(tb, "tc", append([]string{"-n", l.router}, args...)...) }
-	tc("qdisc", "add", "dev", labRouterDev, "root", "handle", "1:", "htb", "default", "1")
-	tc("class", "add", "dev", labRouterDev, "parent", "1:", "classid", "1:1", "htb", "rate", "1gbit")
-	tc("class", "add", "dev", labRouterDev, "parent", "1:", "classid", "1:2", "htb", "rate", "1gbit")
-	tc("qdisc", "add", "dev", labRouterDev, "parent", "1:2", "bfifo", "limit", "0")
+	tc := func(args ...string) { labCmd(tb, "tc", append([]string{"-n", ns}, args...)...) }
+	tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+	tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "1gbit")
+	tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", "1gbit")
+	tc("qdisc", "add", "dev", dev, "parent", "1:2", "bfifo", "limit", "0")
 	// Protocol ICMP, and the byte after a 20-byte IP header is type 13.
-	tc("filter", "add", "dev", labRouterDev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+	tc("filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
 		"match", "ip", "protocol", "1", "0xff", "match", "u8", "13", "0xff", "at", "20", "flowid", "1:2")
 }

@@ -67,7 +67,7 @@ func Link(ctx context.Context, l config.Link, p Plan, load LoadSource, log *zap.
 	}
 	pool, err := probe.NewPool(probe.PoolConfig{
 		Reflectors: reflectors, Active: l.ActiveReflectors, Rate: l.ProbeRate, Method: l.Method,
-	}, probe.NewTargetFactory(probe.TargetOptions{Logger: log}), probe.RealClock{}, log, nil)
+	}, probe.NewTargetFactory(probe.TargetOptions{Logger: log, Device: l.Interface}), probe.RealClock{}, log, nil)
 	if err != nil {
 		return Report{}, err
 	}

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,13 +23,12 @@ type LoadSource interface {
 	Load(ctx context.Context, d estimator.Direction, rateKbit float64, hold time.Duration) error
 }
 
-// ParseLoad reads the sweep's --load: an http(s) URL, tcp:HOST:PORT or
-// exec:COMMAND; streams is the number of parallel transfers of a network
-// load.
+// ParseLoad reads the sweep's --load: tcp:HOST:PORT or exec:COMMAND;
+// streams is the number of parallel streams of a tcp: load.
 func ParseLoad(spec string, streams int) (LoadSource, error) {
 	switch {
 	case spec == "":
-		return nil, errors.New("--load is required: an http(s) URL of a large file that also accepts POSTs, or exec:COMMAND")
+		return nil, errors.New("--load is required: tcp:HOST:PORT (a linklab load endpoint) or exec:COMMAND (wget, curl, iperf3, flent...)")
 	case strings.HasPrefix(spec, "exec:"):
 		cmd := strings.TrimSpace(strings.TrimPrefix(spec, "exec:"))
 		if cmd == "" {
@@ -49,23 +45,12 @@ func ParseLoad(spec string, streams int) (LoadSource, error) {
 		}
 		return tcpLoad{addr: addr, streams: streams}, nil
 	case strings.HasPrefix(spec, "http://"), strings.HasPrefix(spec, "https://"):
-		u, err := url.Parse(spec)
-		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("--load %q: not a URL with a host", spec)
-		}
-		if streams < 1 || streams > 64 {
-			return nil, fmt.Errorf("--streams %d: want 1 to 64", streams)
-		}
-		dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cubic}
-		return &httpLoad{url: u.String(), streams: streams, client: &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         dialer.DialContext,
-			DisableCompression:  true, // count the bytes the link carries
-			MaxIdleConnsPerHost: streams,
-			TLSHandshakeTimeout: 10 * time.Second,
-		}}}, nil
+		// An HTTP client (with TLS) would add about 2 MB to a binary
+		// meant for routers with 16 MB of flash; the router has wget or
+		// curl for that.
+		return nil, fmt.Errorf("--load %q: autoshape has no HTTP client of its own; run one with exec:, e.g. exec:'wget -q -O /dev/null %s' (the command finds the step's direction in AUTOSHAPE_SWEEP_DIRECTION), or use tcp:HOST:PORT", spec, spec)
 	default:
-		return nil, fmt.Errorf("--load %q: want an http:// or https:// URL, tcp:HOST:PORT or exec:COMMAND", spec)
+		return nil, fmt.Errorf("--load %q: want tcp:HOST:PORT or exec:COMMAND", spec)
 	}
 }
 
@@ -76,75 +61,6 @@ func cubic(_, _ string, c syscall.RawConn) error {
 	return c.Control(func(fd uintptr) {
 		_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "cubic")
 	})
-}
-
-// An httpLoad runs parallel downloads (GET) or uploads (POST) against one
-// URL, each restarted when it ends, until the step ends.
-type httpLoad struct {
-	url     string
-	streams int
-	client  *http.Client
-}
-
-// uploadChunk is how much one POST sends before the next starts.
-const uploadChunk = 1 << 30
-
-func (h *httpLoad) Load(ctx context.Context, d estimator.Direction, _ float64, _ time.Duration) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, h.streams)
-	for range h.streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if err := h.once(ctx, d); err != nil && ctx.Err() == nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return ctx.Err()
-	}
-}
-
-// once runs one transfer to its end (or the step's).
-func (h *httpLoad) once(ctx context.Context, d estimator.Direction) error {
-	method, body := http.MethodGet, io.Reader(nil)
-	if d == estimator.Up {
-		method, body = http.MethodPost, io.LimitReader(zeros{}, uploadChunk)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, h.url, body)
-	if err != nil {
-		return err
-	}
-	if d == estimator.Up {
-		req.ContentLength = uploadChunk
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s", method, h.url, resp.Status)
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	return err
-}
-
-// zeros reads as an endless run of zero bytes.
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) {
-	clear(p)
-	return len(p), nil
 }
 
 // A tcpLoad runs parallel TCP streams against a linklab load endpoint: each

@@ -1,34 +1,86 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/autoshape/autoshape/config"
 )
 
-// configCmd is `autoshape config default|check FILE`.
+const configUsage = `usage: autoshape config default | check FILE | from-sqm [FILE]
+
+  default          print the reference configuration (TOML)
+  check FILE       check a configuration file, TOML or UCI (/etc/config/autoshape)
+  from-sqm [FILE]  print a UCI configuration (for /etc/config/autoshape) that
+                   attaches to the CAKE of sqm-scripts' FILE (/etc/config/sqm)
+`
+
+// defaultSQM is where OpenWrt keeps sqm-scripts' configuration.
+const defaultSQM = "/etc/config/sqm"
+
+// configCmd is `autoshape config default|check FILE|from-sqm [FILE]`.
 func configCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("usage: autoshape config default | autoshape config check FILE")
+		return usagef("a command is missing (see 'autoshape config -h')")
+	}
+	sub := func(usage string, minArgs, maxArgs int) ([]string, error) {
+		fs := flag.NewFlagSet("config "+args[0], flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		err := fs.Parse(args[1:])
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprintln(stderr, "usage: autoshape config "+usage)
+			return nil, errHelp
+		case err != nil:
+			return nil, usagef("%v (see 'autoshape %s -h')", err, fs.Name())
+		case fs.NArg() < minArgs || fs.NArg() > maxArgs:
+			return nil, usagef("usage: autoshape config %s", usage)
+		}
+		return fs.Args(), nil
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stderr, configUsage)
+		return errHelp
 	case "default":
-		if len(args) != 1 {
-			return usagef("config default takes no arguments")
+		if _, err := sub("default: print the reference configuration", 0, 0); err != nil {
+			return err
 		}
 		_, err := io.WriteString(stdout, config.Reference)
 		return err
 	case "check":
-		if len(args) != 2 {
-			return usagef("usage: autoshape config check FILE")
+		files, err := sub("check FILE: check a configuration file, TOML or UCI", 1, 1)
+		if err != nil {
+			return err
 		}
-		cfg, err := config.Load(args[1])
+		cfg, err := config.Load(files[0])
 		if err != nil {
 			return usageError{err}
 		}
-		fmt.Fprintf(stdout, "%s: ok (%d link(s))\n", args[1], len(cfg.Links))
+		fmt.Fprintf(stdout, "%s: ok (%d link(s))\n", files[0], len(cfg.Links))
 		return nil
+	case "from-sqm":
+		files, err := sub("from-sqm [FILE]: print a UCI configuration that attaches to the CAKE of sqm-scripts' FILE ("+defaultSQM+")", 0, 1)
+		if err != nil {
+			return err
+		}
+		path := defaultSQM
+		if len(files) == 1 {
+			path = files[0]
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return usageError{err}
+		}
+		out, err := config.FromSQM(string(b), path)
+		if err != nil {
+			return usageError{err}
+		}
+		_, err = io.WriteString(stdout, out)
+		return err
 	}
-	return usagef("unknown config command %q (known: default, check)", args[0])
+	return usagef("unknown config command %q (known: default, check, from-sqm)", args[0])
 }

@@ -180,12 +180,12 @@ func readDecisionFile(t *testing.T, path string) []faultRecord {
 func logRecords(log string) []faultRecord {
 	var recs []faultRecord
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `"rate_kbit"`) {
+		if !strings.Contains(line, `"msg":"rate change"`) {
 			continue
 		}
-		var l struct{ Decision faultRecord }
-		if json.Unmarshal([]byte(line), &l) == nil && l.Decision.Dir != "" {
-			recs = append(recs, l.Decision)
+		var r faultRecord
+		if json.Unmarshal([]byte(line), &r) == nil && r.Dir != "" {
+			recs = append(recs, r)
 		}
 	}
 	return recs

@@ -9,10 +9,46 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is the release, set at build time with
+// -ldflags "-X main.version=..."; a build without it takes the commit from
+// the module's build info (init).
 var version = "dev"
+
+func init() { version = resolveVersion(version, debug.ReadBuildInfo) }
+
+// resolveVersion is the version a binary reports: the stamped one; else the
+// module's version (go install module@version, or the pseudo-version that
+// Go 1.24 and later make from a checkout's commit); else "dev" with the
+// commit a build from a checkout records, and "-dirty" for uncommitted
+// changes.
+func resolveVersion(stamped string, buildInfo func() (*debug.BuildInfo, bool)) string {
+	if stamped != "dev" {
+		return stamped
+	}
+	bi, ok := buildInfo()
+	if !ok {
+		return stamped
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return stamped
+	}
+	return "dev-" + rev[:min(len(rev), 12)] + dirty
+}
 
 // errHelp is returned after a command's -h: exit status 0.
 var errHelp = errors.New("help shown")
@@ -62,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "config":
 		err = configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "autoshape %s\n", version)
+		err = versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -84,16 +120,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseFlags parses a command's flags: -h shows the usage (exit 0), a bad
-// flag or a stray argument is a usage error (exit 2).
+// flag or a stray argument is a usage error (exit 2) that run reports once,
+// with a pointer to -h. The flag package's own messages are silenced: it
+// would print the error and the whole usage before run prints the error
+// again. Each command sets fs.Usage to print its usage line first.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return errHelp
+	case err != nil:
+		return usagef("%v (see 'autoshape %s -h')", err, fs.Name())
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q (see 'autoshape %s -h')", fs.Arg(0), fs.Name())
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	return nil
+}
+
+// versionCmd is `autoshape version`.
+func versionCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: autoshape version") }
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
+	fmt.Fprintf(stdout, "autoshape %s\n", version)
 	return nil
 }

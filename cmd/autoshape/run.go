@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -20,7 +21,11 @@ import (
 func runDaemon(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("c", "", "configuration file (see `autoshape config default`)")
+	path := fs.String("c", "", "configuration `FILE` (see autoshape config default)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: autoshape run -c FILE [--dry-run]\n\n")
+		fs.PrintDefaults()
+	}
 	dry := fs.Bool("dry-run", false, "compute and log every decision without touching any qdisc")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -32,7 +37,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	log, level := newLevelLogger(cfg.LogLevel, stderr)
+	log, level := newLevelLogger(cfg.LogLevel, stdout, stderr)
 	defer log.Sync()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -47,23 +52,35 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 // newLogger logs to w: console lines on a terminal, JSON otherwise (for
 // journald and syslog).
 func newLogger(level string, w io.Writer) *zap.Logger {
-	log, _ := newLevelLogger(level, w)
-	return log
-}
-
-// newLevelLogger is newLogger with a level that a reload can change.
-func newLevelLogger(level string, w io.Writer) (*zap.Logger, zap.AtomicLevel) {
 	lvl := zap.NewAtomicLevel()
 	_ = lvl.UnmarshalText([]byte(level))
+	return zap.New(zapcore.NewCore(encoder(w), zapcore.Lock(zapcore.AddSync(w)), lvl))
+}
+
+// newLevelLogger is the daemon's logger: INFO and DEBUG to out, WARN and
+// ERROR to errOut, so that procd files them as daemon.info and daemon.err
+// (and journald at those priorities), at a level that a reload can change.
+func newLevelLogger(level string, out, errOut io.Writer) (*zap.Logger, zap.AtomicLevel) {
+	lvl := zap.NewAtomicLevel()
+	_ = lvl.UnmarshalText([]byte(level))
+	low := zap.LevelEnablerFunc(func(l zapcore.Level) bool { return l < zapcore.WarnLevel && lvl.Enabled(l) })
+	high := zap.LevelEnablerFunc(func(l zapcore.Level) bool { return l >= zapcore.WarnLevel && lvl.Enabled(l) })
+	return zap.New(zapcore.NewTee(
+		zapcore.NewCore(encoder(out), zapcore.Lock(zapcore.AddSync(out)), low),
+		zapcore.NewCore(encoder(errOut), zapcore.Lock(zapcore.AddSync(errOut)), high),
+	)), lvl
+}
+
+// encoder writes console lines to a terminal and JSON lines elsewhere.
+func encoder(w io.Writer) zapcore.Encoder {
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "time"
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder = zapcore.NewJSONEncoder(encCfg)
 	if f, ok := w.(*os.File); ok && isTerminal(f) {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
-		enc = zapcore.NewConsoleEncoder(encCfg)
+		return zapcore.NewConsoleEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), lvl
+	return zapcore.NewJSONEncoder(encCfg)
 }
 
 func isTerminal(f *os.File) bool {

@@ -752,7 +752,7 @@ func TestDaemonAttachFollowsAReplacedRoot(t *testing.T) {
 		os.WriteFile(l.config, []byte(strings.Replace(string(cfg), "backend = ", "mode = \"attach\"\nbackend = ", 1)), 0o644)
 		cmd, log := l.start(t)
 		eventually(t, settle, "the upload rate written on sqm-scripts' root", func() bool {
-			return strings.Contains(log.String(), `"iface":"wan0","qdisc":"`+l.backend+`","written":true`)
+			return strings.Contains(log.String(), `"iface":"wan0","qdisc":"`+l.backend+`"}`)
 		}, log)
 
 		l.foreignRoot(t, "wan0")

@@ -291,3 +291,62 @@ func TestShapeErrorsLeaveNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeAgain: `shape` over autoshape's own shaping updates it: the
+// same framing changes the rates in place, another framing builds the roots
+// again. Either way it exits 0 with one IFB and one redirect, and --remove
+// then leaves the namespace as it was.
+func TestShapeAgain(t *testing.T) {
+	for _, backend := range []string{"htb", "cake"} {
+		t.Run(backend, func(t *testing.T) {
+			ns := testNS(t)
+			kerneltest.RequireQdisc(t, backend)
+			before := nsState(t, ns)
+			for _, step := range []struct {
+				up, down string
+				framing  []string
+				want     string // the framing the roots then show
+			}{
+				{"10mbit", "20mbit", []string{"--overhead", "44", "--atm"}, "overhead 44"},
+				{"12mbit", "25mbit", []string{"--overhead", "44", "--atm"}, "overhead 44"},
+				{"8mbit", "16mbit", []string{"--overhead", "18"}, "overhead 18"},
+			} {
+				args := append([]string{"shape", "--iface", "wan0", "--backend", backend, "--up", step.up, "--down", step.down}, step.framing...)
+				code, out, errOut := runIn(t, ns, args...)
+				if code != 0 {
+					t.Fatalf("%s exited %d: %s", strings.Join(args, " "), code, errOut)
+				}
+				if !strings.Contains(out, "up "+step.up+" on wan0") {
+					t.Errorf("%s printed %q", strings.Join(args, " "), out)
+				}
+				for dev, rate := range map[string]string{"wan0": step.up, "ifb4wan0": step.down} {
+					if got := shapedRate(t, ns, backend, dev); !strings.Contains(strings.ToLower(got), " "+rate+" ") || !strings.Contains(got, step.want) {
+						t.Errorf("after %s: %s holds %q, want %s with %s", strings.Join(args, " "), dev, got, rate, step.want)
+					}
+				}
+				if got := mustRun(t, "ip", "-n", ns, "-o", "link", "show", "type", "ifb"); strings.Count(got, "ifb4wan0") != 1 {
+					t.Errorf("IFBs = %q, want one ifb4wan0", got)
+				}
+				if got := mustRun(t, "tc", "-n", ns, "filter", "show", "dev", "wan0", "ingress"); strings.Count(got, "Redirect to device ifb4wan0") != 1 {
+					t.Errorf("ingress filters = %q, want one redirect", got)
+				}
+			}
+			if code, _, errOut := runIn(t, ns, "shape", "--iface", "wan0", "--remove"); code != 0 {
+				t.Fatalf("shape --remove exited %d: %s", code, errOut)
+			}
+			if after := nsState(t, ns); after != before {
+				t.Errorf("shape --remove left the namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}
+
+// shapedRate is what holds dev's rate and framing, as tc prints it: the
+// HTB classes, or the CAKE root qdisc.
+func shapedRate(t *testing.T, ns, backend, dev string) string {
+	t.Helper()
+	if backend == "htb" {
+		return mustRun(t, "tc", "-n", ns, "-d", "class", "show", "dev", dev, "classid", "a5:1")
+	}
+	return mustRun(t, "tc", "-n", ns, "qdisc", "show", "dev", dev, "root")
+}

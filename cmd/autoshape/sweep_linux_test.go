@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -21,9 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// serveLoadIn serves the sweep's http load endpoint inside the namespace
-// ns: GET streams zeros until the client goes, POST reads and discards. The
-// server's connections use CUBIC.
+// serveLoadIn serves a tcp: load endpoint for the sweep inside the
+// namespace ns. The server's connections use CUBIC.
 func serveLoadIn(t *testing.T, ns, addr string) {
 	t.Helper()
 	ready := make(chan error, 1)
@@ -48,20 +46,35 @@ func serveLoadIn(t *testing.T, ns, addr string) {
 	if err := <-ready; err != nil {
 		t.Fatalf("failed to listen in %s: %v", ns, err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			io.Copy(io.Discard, r.Body)
-			return
-		}
-		buf := make([]byte, 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := w.Write(buf); err != nil {
+	// The linklab load endpoint's protocol: the first byte asks for a
+	// download ('D': the server sends until the client goes) or an upload
+	// ('U': the server reads and discards).
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
 				return
 			}
+			go func() {
+				defer c.Close()
+				req := make([]byte, 1)
+				if _, err := io.ReadFull(c, req); err != nil {
+					return
+				}
+				if req[0] == 'U' {
+					io.Copy(io.Discard, c)
+					return
+				}
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
 		}
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	}()
+	t.Cleanup(func() { ln.Close() })
 }
 
 // TestSweepOnBloatedLine: behind an 8 Mbit/s bottleneck with half a second
@@ -96,7 +109,7 @@ func TestSweepOnBloatedLine(t *testing.T) {
 	cmd := exec.Command("ip", "netns", "exec", l.router, os.Args[0])
 	cmd.Env = append(os.Environ(), "AUTOSHAPE_TEST_ARGS=sweep -c "+l.config+
 		" --direction both --line-rate-down 8mbit --line-rate-up 4mbit --from 0.5 --to 1 --step 0.5 --hold 4s"+
-		" --load http://10.80.0.2:8080/big --streams 4 --json")
+		" --load tcp:10.80.0.2:8080 --streams 4 --json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
