@@ -532,6 +532,11 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	return dec, true, nil
 }
 
+// Gradual reports whether the decision is one of the small steps a loaded
+// or idle link takes all the time (a rise within the budget, a drift
+// towards base), rather than an event (a cut, a drop, a stall, a start).
+func (d Decision) Gradual() bool { return gradual(d.Reason) }
+
 // gradual reports whether a reason moves the rate in small steps.
 func gradual(r policies.Reason) bool {
 	switch r {

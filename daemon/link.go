@@ -385,11 +385,18 @@ func (l *linkLoop) logState(now time.Time) {
 	l.state, l.stateFrom = st, now
 }
 
-// record logs a decision (one INFO line with its reasons), counts it and
-// appends it to the decision file, which says itself (at most once a
-// minute) when it cannot.
+// record logs a decision (one line with its reasons: INFO for an event,
+// DEBUG for a gradual step), counts it and appends it to the decision
+// file, which says itself (at most once a minute) when it cannot.
 func (r *linkRunner) record(d controller.Decision) {
-	r.log.Info("rate change", zap.Inline(d))
+	// The small steps of a busy link come several times a second: at INFO
+	// they would flush a router's 64 KiB log ring within a minute. They
+	// are in the decision file, the metrics and the minute's summary.
+	if d.Gradual() {
+		r.log.Debug("rate change", zap.Inline(d))
+	} else {
+		r.log.Info("rate change", zap.Inline(d))
+	}
 	r.metrics.Decision(d)
 	if r.dec != nil {
 		_ = r.dec.Write(d)

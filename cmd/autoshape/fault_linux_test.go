@@ -68,7 +68,7 @@ type faultLab struct {
 func newFaultLab(t *testing.T, l *daemonLab, method string) *faultLab {
 	t.Helper()
 	f := &faultLab{daemonLab: l, method: method, decisions: filepath.Join(l.dir, "decisions.jsonl"),
-		listen: "127.0.0.1:19877", level: "info", downBase: "10mbit", downMax: "50mbit"}
+		listen: "127.0.0.1:19877", level: "debug", downBase: "10mbit", downMax: "50mbit"}
 	f.refl = newFakeReflector(t, l.reflector, "rf0", l.router, "wan0", faultReflectors...)
 	f.writeConfig(t)
 	return f
@@ -175,8 +175,9 @@ func readDecisionFile(t *testing.T, path string) []faultRecord {
 	return recs
 }
 
-// logRecords are the decisions as the log shows them (the log has every
-// one, the decision file only those it could write).
+// logRecords are the decisions as the log shows them (at level debug, the
+// fault lab's, the log has every one, the decision file only those it
+// could write).
 func logRecords(log string) []faultRecord {
 	var recs []faultRecord
 	for _, line := range strings.Split(log, "\n") {
@@ -404,6 +405,8 @@ var faultRows = []faultRow{
 		}
 	}},
 	{"SIGHUP: log level", "echo", false, func(t *testing.T, f *faultLab) {
+		f.level = "info"
+		f.writeConfig(t)
 		f.start(t)
 		f.waitShaped(t)
 		f.level = "debug"
