@@ -1,6 +1,6 @@
 #!/bin/sh
-# check.sh keeps the packaging honest: the OpenWrt example configurations
-# (TOML and UCI) parse, the binary reports its version, the systemd unit
+# check.sh keeps the packaging honest: the OpenWrt example configuration
+# (UCI) parses, and so does the reference TOML, the binary reports its version, the systemd unit
 # keeps its hardening, the procd init script parses and does what it says
 # with procd stubbed out, the feed Makefile installs files that exist, builds
 # the router binary alone, names its licence and hashes what it downloads.
@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 UNIT=packaging/systemd/autoshape.service
 INIT=packaging/openwrt/autoshape.init
-TOML=packaging/openwrt/autoshape.toml
+TOML=config/reference.toml
 UCI=packaging/openwrt/autoshape.uci
 FEED=packaging/openwrt/Makefile
 
@@ -45,15 +45,14 @@ skip() { printf 'skip  %s\n' "$1"; }
 go build -buildvcs=auto -o "$TMP/autoshape" ./cmd/autoshape
 BIN=$TMP/autoshape
 
-# (a) The OpenWrt example configurations pass the daemon's own check.
+# (a) The OpenWrt example (UCI) and the reference (TOML, what `config
+# default` prints) pass the daemon's own check.
 if out=$("$BIN" config check "$TOML" 2>&1); then
 	ok "config check $TOML"
 else
 	fail "config check $TOML: $out"
 fi
-if [ ! -f "$UCI" ]; then
-	skip "config check $UCI: no such file yet"
-elif out=$("$BIN" config check "$UCI" 2>&1); then
+if out=$("$BIN" config check "$UCI" 2>&1); then
 	ok "config check $UCI"
 else
 	fail "config check $UCI: $out"
@@ -112,7 +111,7 @@ done
 # (c) The init script parses, and with procd stubbed out starts, reloads
 # and triggers as documented, and refuses a broken configuration.
 if sh -n "$INIT"; then ok "sh -n $INIT"; else fail "sh -n $INIT"; fi
-for line in 'USE_PROCD=1' 'PROG=/usr/bin/autoshape' 'CONF=/etc/autoshape/autoshape.toml'; do
+for line in 'USE_PROCD=1' 'PROG=/usr/bin/autoshape' 'CONF=/etc/config/autoshape'; do
 	if grep -qxF "$line" "$INIT"; then ok "init: $line"; else fail "init lacks: $line"; fi
 done
 procd() {
@@ -126,6 +125,7 @@ procd() {
 		procd_close_trigger() { :; }
 		procd_add_config_trigger() { echo "trigger $*"; }
 		procd_add_interface_trigger() { echo "trigger $*"; }
+		procd_add_reload_trigger() { echo "reload trigger $*"; }
 		logger() { :; }
 		. "$1"
 		PROG=$2 CONF=$3
@@ -145,16 +145,16 @@ $got"
 	done
 	ok "init $name"
 }
-got=$(procd start_service "$TOML") || true
-want start_service "$got" open "param command $BIN run -c $TOML" \
-	'param respawn 3600 15 5' 'param stdout 1' 'param stderr 1' "param file $TOML" close
-got=$(procd reload_service "$TOML") || true
+got=$(procd start_service "$UCI") || true
+want start_service "$got" open "param command $BIN run -c $UCI" \
+	'param respawn 3600 15 5' 'param stdout 1' 'param stderr 1' "param file $UCI" close
+got=$(procd reload_service "$UCI") || true
 want reload_service "$got" 'signal autoshape * HUP'
-got=$(procd service_triggers "$TOML") || true
-want service_triggers "$got" 'trigger config.change sqm /etc/init.d/autoshape restart' \
+got=$(procd service_triggers "$UCI") || true
+want service_triggers "$got" 'reload trigger autoshape' 'trigger config.change sqm /etc/init.d/autoshape restart' \
 	'trigger interface.*.up wan /etc/init.d/autoshape restart'
-printf 'state_file = "/x"\nbogus = 1\n' > "$TMP/broken.toml"
-if got=$(procd start_service "$TMP/broken.toml"); then
+printf "config link 'wan'\n\toption interface 'wan'\n\toption bogus '1'\n" > "$TMP/broken.uci"
+if got=$(procd start_service "$TMP/broken.uci"); then
 	fail "init start_service accepted a broken configuration: $got"
 elif printf '%s\n' "$got" | grep -q '^open$'; then
 	fail "init start_service opened an instance for a broken configuration"
@@ -165,7 +165,7 @@ fi
 # The feed Makefile: installs files that exist, builds the router binary
 # alone, says what it is and under which licence, stamps the version, and its
 # recipes are tab-indented (make's rule, easy to lose in an edit).
-for f in autoshape.init autoshape.toml autoshape.uci; do
+for f in autoshape.init autoshape.uci; do
 	if grep -q "\./$f " "$FEED" && [ -f "packaging/openwrt/$f" ]; then
 		ok "feed Makefile installs $f"
 	else
