@@ -3,6 +3,8 @@
 package actuator
 
 import (
+	"context"
+	"fmt"
 	"testing"
 )
 
@@ -63,5 +65,35 @@ func BenchmarkLinkCounters(b *testing.B) {
 		if _, _, err := linkCounters(h, "wan0"); err != nil {
 			b.Fatalf("linkCounters: %v", err)
 		}
+	}
+}
+
+// BenchmarkStats reads a Link's upload statistics, as the daemon does for
+// each direction at every tick, in a namespace with one shaped link and in
+// one with 16 (the cost of a request that dumps every qdisc grows with
+// them).
+func BenchmarkStats(b *testing.B) {
+	for _, links := range []int{1, 16} {
+		b.Run(fmt.Sprintf("htb/links=%d", links), func(b *testing.B) {
+			name, ns := newTestNS(b)
+			var l *Link
+			for i := range links {
+				wan := fmt.Sprintf("wan%d", i)
+				newTestVeth(b, testEnd{NS: name, Dev: wan}, testEnd{NS: name, Dev: fmt.Sprintf("isp%d", i)})
+				var err error
+				l, err = Setup(SetupConfig{Iface: wan, Backend: HTB, Up: 20e6, Down: 30e6, NetNS: int(ns)})
+				if err != nil {
+					b.Fatalf("Setup %s: %v", wan, err)
+				}
+				b.Cleanup(func() { l.Close() })
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Up().Stats(ctx); err != nil {
+					b.Fatalf("Stats: %v", err)
+				}
+			}
+		})
 	}
 }

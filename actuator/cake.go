@@ -210,16 +210,12 @@ type cake struct {
 	// answer in two steps, so concurrent calls could take each other's
 	// answers.
 	mu      sync.Mutex
-	conn    *tc.Tc
+	conn    *tcConn
 	framing Framing
 	opts    CakeOptions
 	// handle is the root qdisc's: OwnRootHandle for the one autoshape
 	// creates, that of someone else's in attach mode.
 	handle uint32
-	// netns is the network namespace (a file descriptor; 0: the calling
-	// thread's) in which the statistics are read; it must be the one conn
-	// was opened in.
-	netns int
 }
 
 var _ backend = (*cake)(nil)
@@ -227,7 +223,7 @@ var _ backend = (*cake)(nil)
 // newCake returns a CAKE backend that creates its qdiscs with framing f and
 // options o. It turns on extended acknowledgements on conn, so that errors
 // carry the kernel's explanation.
-func newCake(conn *tc.Tc, f Framing, o CakeOptions) *cake {
+func newCake(conn *tcConn, f Framing, o CakeOptions) *cake {
 	// An old kernel without extended acknowledgements still works, with
 	// terser errors.
 	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
@@ -388,34 +384,38 @@ func (c *cake) SetRate(ifindex uint32, bps uint64) error {
 	return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
 }
 
-// Stats reads the counters of ifindex's root cake qdisc: bytes, packets,
-// drops and backlog from the generic statistics go-tc decodes (the old
-// struct tc_stats; go-tc mis-decodes TCA_STATS2), the capacity estimate and
-// the tins from CAKE's own statistics.
+// Stats reads the counters of ifindex's root cake qdisc, with one request
+// for that qdisc alone: bytes, packets, drops and backlog from the generic
+// statistics (the old struct tc_stats), autorate-ingress from its options,
+// the capacity estimate and the tins from CAKE's own statistics. Another
+// root gives an error wrapping ErrNoQdisc.
 func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o, err := c.root(ifindex)
+	q, err := c.conn.getRoot(ifindex, c.handle, "cake")
 	if err != nil {
 		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
 	}
-	if o.Stats == nil {
+	if q.Counters == nil {
 		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS", ifindex)
 	}
-	cs, err := readRootCakeStats(c.netns, ifindex, c.handle)
-	if err != nil {
-		return Stats{}, err
+	if q.App == nil {
+		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: the kernel sent no TCA_STATS_APP", ifindex)
 	}
-	return Stats{
-		Bytes:            o.Stats.Bytes,
-		Packets:          uint64(o.Stats.Packets),
-		WireBytes:        c.framing.WireTotal(o.Stats.Bytes, uint64(o.Stats.Packets)),
-		Drops:            uint64(o.Stats.Drops),
-		Backlog:          uint64(o.Stats.Backlog),
-		CapacityEstimate: cs.CapacityEstimate,
-		AutorateIngress:  o.Cake != nil && o.Cake.Autorate != nil && *o.Cake.Autorate != 0,
-		Tins:             cs.Tins,
-	}, nil
+	cs, err := decodeCakeStats(q.App)
+	if err != nil {
+		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
+	}
+	autorate, err := decodeCakeAutorate(q.Options)
+	if err != nil {
+		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
+	}
+	st := *q.Counters
+	st.WireBytes = c.framing.WireTotal(st.Bytes, st.Packets)
+	st.CapacityEstimate = cs.CapacityEstimate
+	st.AutorateIngress = autorate
+	st.Tins = cs.Tins
+	return st, nil
 }
 
 // Remove deletes the backend's root cake qdisc on ifindex. An interface

@@ -29,12 +29,11 @@ import (
 func newTestCake(t *testing.T, ns netns.NsHandle, f Framing, o CakeOptions) (*cake, uint32) {
 	t.Helper()
 	c := newCake(testTC(t, ns), f, o)
-	c.netns = int(ns)
 	return c, testIfindex(t, testNetlink(t, ns), "lo")
 }
 
 // addTestBfifo makes a bfifo qdisc 1: the root of ifindex, through go-tc.
-func addTestBfifo(t *testing.T, conn *tc.Tc, ifindex uint32) {
+func addTestBfifo(t *testing.T, conn *tcConn, ifindex uint32) {
 	t.Helper()
 	err := conn.Qdisc().Add(&tc.Object{
 		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: 0x10000, Parent: tc.HandleRoot},
@@ -354,7 +353,6 @@ func TestCakeStatsMatchTC(t *testing.T) {
 	l := newHTBLink(t)
 	kerneltest.RequireQdisc(t, "cake")
 	c := newCake(testTC(t, l.ns), Framing{Overhead: 18}, CakeOptions{})
-	c.netns = int(l.ns)
 	if err := c.Create(l.ifindex, 10_000_000, false); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -444,7 +442,6 @@ func TestCakeRateChangeTakesOverAutorate(t *testing.T) {
 	kerneltest.RequireQdisc(t, "cake")
 	on := true
 	c := newCake(testTC(t, l.ns), Framing{}, CakeOptions{AutorateIngress: &on})
-	c.netns = int(l.ns)
 	if err := c.Create(l.ifindex, 50_000_000, false); err != nil {
 		t.Fatalf("Create: %v", err)
 	}

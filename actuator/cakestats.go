@@ -16,9 +16,18 @@ import (
 // rtnetlink.h and gen_stats.h).
 const (
 	tcaKind     = 1 // TCA_KIND: the qdisc's kind, a NUL-terminated string
+	tcaOptions  = 2 // TCA_OPTIONS: the qdisc's settings, a nest
+	tcaStats    = 3 // TCA_STATS: struct tc_stats
 	tcaStats2   = 7 // TCA_STATS2: nest of TCA_STATS_* attributes
 	tcaStatsApp = 4 // TCA_STATS_APP: the qdisc's own statistics
 )
+
+// tcStatsLen is the size of struct tc_stats without its trailing padding
+// (a u64 and seven u32).
+const tcStatsLen = 36
+
+// cakeAutorate is TCA_CAKE_AUTORATE among a cake qdisc's options.
+const cakeAutorate = 9
 
 // tcmsgLen is the size of struct tcmsg, which heads every RTM_*QDISC message.
 const tcmsgLen = 20
@@ -217,14 +226,20 @@ type qdiscMessage struct {
 	Handle, Parent uint32
 	// Kind is TCA_KIND, e.g. "cake".
 	Kind string
+	// Counters are the bytes, packets, drops and backlog of TCA_STATS,
+	// nil when the message has none.
+	Counters *Stats
+	// Options is the payload of TCA_OPTIONS, nil when the message has
+	// none.
+	Options []byte
 	// App is the payload of TCA_STATS2 -> TCA_STATS_APP, nil when the
 	// message has none.
 	App []byte
 }
 
 // decodeQdiscMessage decodes the payload of one RTM_NEWQDISC message: the
-// 20-byte tcmsg header, then the attributes, of which it keeps TCA_KIND and
-// TCA_STATS2 -> TCA_STATS_APP. When only the attributes are malformed, the
+// 20-byte tcmsg header, then the attributes, of which it keeps TCA_KIND,
+// TCA_OPTIONS, TCA_STATS and TCA_STATS2 -> TCA_STATS_APP. When only the attributes are malformed, the
 // header fields are still returned with the error, so that a caller can tell
 // whose message it was.
 func decodeQdiscMessage(b []byte) (qdiscMessage, error) {
@@ -246,6 +261,21 @@ func decodeQdiscMessage(b []byte) (qdiscMessage, error) {
 		switch ad.Type() {
 		case tcaKind:
 			q.Kind = ad.String()
+		case tcaOptions:
+			q.Options = ad.Bytes()
+		case tcaStats:
+			b := ad.Bytes()
+			if len(b) < tcStatsLen {
+				return q, fmt.Errorf("TCA_STATS of %d bytes is shorter than struct tc_stats", len(b))
+			}
+			// struct tc_stats: bytes u64, packets, drops, overlimits,
+			// bps, pps, qlen, backlog u32, in the host's byte order.
+			q.Counters = &Stats{
+				Bytes:   binary.NativeEndian.Uint64(b[0:8]),
+				Packets: uint64(binary.NativeEndian.Uint32(b[8:12])),
+				Drops:   uint64(binary.NativeEndian.Uint32(b[12:16])),
+				Backlog: uint64(binary.NativeEndian.Uint32(b[32:36])),
+			}
 		case tcaStats2:
 			ad.Nested(func(nad *netlink.AttributeDecoder) error {
 				for nad.Next() {
@@ -261,6 +291,25 @@ func decodeQdiscMessage(b []byte) (qdiscMessage, error) {
 		return q, fmt.Errorf("invalid qdisc attributes: %w", err)
 	}
 	return q, nil
+}
+
+// decodeCakeAutorate reports whether a cake qdisc's options (the payload of
+// TCA_OPTIONS) have autorate-ingress on.
+func decodeCakeAutorate(options []byte) (bool, error) {
+	ad, err := netlink.NewAttributeDecoder(options)
+	if err != nil {
+		return false, fmt.Errorf("invalid CAKE options: %w", err)
+	}
+	on := false
+	for ad.Next() {
+		if ad.Type() == cakeAutorate {
+			on = ad.Uint32() != 0
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return false, fmt.Errorf("invalid CAKE options: %w", err)
+	}
+	return on, nil
 }
 
 // readCakeStats reads the statistics of ifindex's root cake qdisc in the

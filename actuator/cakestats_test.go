@@ -300,9 +300,28 @@ func TestDecodeCakeStatsTruncated(t *testing.T) {
 	}
 }
 
+// testQdiscOptions are the cake options encodeQdiscMessage sends: a rate,
+// an overhead and autorate-ingress on.
+func testQdiscOptions(tb testing.TB) []byte {
+	tb.Helper()
+	opts := netlink.NewAttributeEncoder()
+	opts.Uint64(2, 2_500_000) // TCA_CAKE_BASE_RATE64
+	opts.Uint32(6, 44)        // TCA_CAKE_OVERHEAD
+	opts.Uint32(cakeAutorate, 1)
+	b, err := opts.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// testQdiscCounters are the counters encodeQdiscMessage sends in TCA_STATS.
+var testQdiscCounters = Stats{Bytes: 1 << 40, Packets: 1_000_000, Drops: 70, Backlog: 3000}
+
 // encodeQdiscMessage lays out an RTM_NEWQDISC payload as tc_fill_qdisc
 // writes it: tcmsg, TCA_KIND, TCA_OPTIONS, TCA_STATS2 (BASIC, QUEUE, then
-// the qdisc's APP), TCA_STATS. app nil leaves TCA_STATS_APP out.
+// the qdisc's APP), TCA_STATS (testQdiscCounters, with overlimits, bps, pps
+// and qlen that the decoder skips). app nil leaves TCA_STATS_APP out.
 func encodeQdiscMessage(tb testing.TB, ifindex, handle, parent uint32, kind string, app []byte) []byte {
 	tb.Helper()
 	tcm := make([]byte, tcmsgLen)
@@ -310,11 +329,6 @@ func encodeQdiscMessage(tb testing.TB, ifindex, handle, parent uint32, kind stri
 	binary.NativeEndian.PutUint32(tcm[8:], handle)
 	binary.NativeEndian.PutUint32(tcm[12:], parent)
 	binary.NativeEndian.PutUint32(tcm[16:], 2) // tcm_info: refcount
-
-	opts := netlink.NewAttributeEncoder()
-	opts.Uint64(2, 2_500_000) // TCA_CAKE_BASE_RATE64
-	opts.Uint32(6, 44)        // TCA_CAKE_OVERHEAD
-	ob, _ := opts.Encode()
 
 	st := netlink.NewAttributeEncoder()
 	st.Bytes(1, make([]byte, 16)) // TCA_STATS_BASIC
@@ -324,11 +338,21 @@ func encodeQdiscMessage(tb testing.TB, ifindex, handle, parent uint32, kind stri
 	}
 	sb, _ := st.Encode()
 
+	// struct tc_stats, with its trailing padding.
+	ts := make([]byte, 40)
+	binary.NativeEndian.PutUint64(ts[0:], testQdiscCounters.Bytes)
+	binary.NativeEndian.PutUint32(ts[8:], uint32(testQdiscCounters.Packets))
+	binary.NativeEndian.PutUint32(ts[12:], uint32(testQdiscCounters.Drops))
+	for off := 16; off < 32; off += 4 {
+		binary.NativeEndian.PutUint32(ts[off:], 99)
+	}
+	binary.NativeEndian.PutUint32(ts[32:], uint32(testQdiscCounters.Backlog))
+
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, kind)
-	ae.Bytes(2, ob)
+	ae.Bytes(tcaOptions, testQdiscOptions(tb))
 	ae.Bytes(tcaStats2, sb)
-	ae.Bytes(3, make([]byte, 36)) // TCA_STATS, struct tc_stats
+	ae.Bytes(tcaStats, ts)
 	b, err := ae.Encode()
 	if err != nil {
 		tb.Fatal(err)
@@ -338,6 +362,7 @@ func encodeQdiscMessage(tb testing.TB, ifindex, handle, parent uint32, kind stri
 
 func TestDecodeQdiscMessage(t *testing.T) {
 	app := encodeCakeStats(t, cakeTestStats(3), cakeStatsLayout{})
+	opts := testQdiscOptions(t)
 	tests := []struct {
 		name string
 		b    []byte
@@ -346,12 +371,13 @@ func TestDecodeQdiscMessage(t *testing.T) {
 		{
 			name: "cake with statistics",
 			b:    encodeQdiscMessage(t, 3, 0x8001_0000, 0xFFFF_FFFF, "cake", app),
-			want: qdiscMessage{Ifindex: 3, Handle: 0x8001_0000, Parent: 0xFFFF_FFFF, Kind: "cake", App: app},
+			want: qdiscMessage{Ifindex: 3, Handle: 0x8001_0000, Parent: 0xFFFF_FFFF, Kind: "cake",
+				Counters: &testQdiscCounters, Options: opts, App: app},
 		},
 		{
 			name: "no TCA_STATS_APP",
 			b:    encodeQdiscMessage(t, 2, 0, 0xFFFF_FFFF, "noqueue", nil),
-			want: qdiscMessage{Ifindex: 2, Parent: 0xFFFF_FFFF, Kind: "noqueue"},
+			want: qdiscMessage{Ifindex: 2, Parent: 0xFFFF_FFFF, Kind: "noqueue", Counters: &testQdiscCounters, Options: opts},
 		},
 		{
 			name: "header only",
@@ -367,6 +393,49 @@ func TestDecodeQdiscMessage(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("decodeQdiscMessage (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("short TCA_STATS", func(t *testing.T) {
+		ae := netlink.NewAttributeEncoder()
+		ae.Bytes(tcaStats, make([]byte, tcStatsLen-4))
+		b, _ := ae.Encode()
+		if got, err := decodeQdiscMessage(append(make([]byte, tcmsgLen), b...)); err == nil {
+			t.Errorf("decodeQdiscMessage accepted a TCA_STATS of %d bytes: %+v", tcStatsLen-4, got)
+		}
+	})
+}
+
+func TestDecodeCakeAutorate(t *testing.T) {
+	enc := func(attrs map[uint16]uint32) []byte {
+		ae := netlink.NewAttributeEncoder()
+		ae.Uint64(2, 2_500_000) // TCA_CAKE_BASE_RATE64
+		for typ, v := range attrs {
+			ae.Uint32(typ, v)
+		}
+		b, err := ae.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tests := []struct {
+		name    string
+		options []byte
+		want    bool
+		wantErr bool
+	}{
+		{name: "on", options: enc(map[uint16]uint32{cakeAutorate: 1}), want: true},
+		{name: "off", options: enc(map[uint16]uint32{cakeAutorate: 0})},
+		{name: "absent", options: enc(nil)},
+		{name: "no options", options: nil},
+		{name: "cut short", options: enc(map[uint16]uint32{cakeAutorate: 1})[:14], wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeCakeAutorate(tt.options)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("decodeCakeAutorate = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
 			}
 		})
 	}

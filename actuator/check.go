@@ -67,6 +67,8 @@ func (l *Link) Check() ([]Drift, error) {
 		}
 	}
 	idx := uint32(iface.Attrs().Index)
+	// The shapers go on with the indexes Check found.
+	l.up.idx = idx
 	if l.own {
 		add(l.checkOwnRoot(l.iface, idx, l.up, qdiscs))
 	} else {
@@ -79,6 +81,7 @@ func (l *Link) Check() ([]Drift, error) {
 	}
 	add(l.checkRedirect(iface, ifb, qdiscs))
 	ifbIdx := uint32(ifb.Attrs().Index)
+	l.down.idx = ifbIdx
 	if l.own {
 		add(l.checkOwnRoot(l.ifb, ifbIdx, l.down, qdiscs))
 	} else {

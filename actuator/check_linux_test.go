@@ -4,6 +4,7 @@ package actuator_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -282,7 +283,8 @@ func TestCheckAfterAttach(t *testing.T) {
 }
 
 // TestCheckInterfaceGone: a Check while the interface is away says so;
-// when it is back (a new index), Check makes the shaping on it again.
+// when it is back (a new index), Check makes the shaping on it again. The
+// shaper, which keeps the interface's index, follows it to the new one.
 func TestCheckInterfaceGone(t *testing.T) {
 	ns, h := wanNS(t)
 	l, err := actuator.Setup(actuator.SetupConfig{Iface: "wan0", Backend: actuator.HTB, Up: 20e6, Down: 30e6, NetNS: int(h)})
@@ -290,12 +292,22 @@ func TestCheckInterfaceGone(t *testing.T) {
 		t.Fatalf("Setup() failed: %v", err)
 	}
 	defer l.Close()
+	ctx := context.Background()
+	if _, err := l.Up().Stats(ctx); err != nil {
+		t.Fatalf("Up().Stats() failed: %v", err)
+	}
 	ipCmd(t, "-n", ns, "link", "del", "wan0")
+	if _, err := l.Up().Stats(ctx); !errors.Is(err, actuator.ErrLinkGone) {
+		t.Errorf("Up().Stats() without the interface = %v, want ErrLinkGone", err)
+	}
 	if _, err := l.Check(); err == nil || !strings.Contains(err.Error(), "wan0") {
 		t.Fatalf("Check() without the interface = %v, want an error naming it", err)
 	}
 	ipCmd(t, "-n", ns, "link", "add", "wan0", "type", "veth", "peer", "name", "lan0")
 	ipCmd(t, "-n", ns, "link", "set", "wan0", "up")
+	if _, err := l.Up().Stats(ctx); !errors.Is(err, actuator.ErrNoQdisc) {
+		t.Errorf("Up().Stats() on the new wan0 before Check = %v, want ErrNoQdisc", err)
+	}
 	ds, err := l.Check()
 	if err != nil {
 		t.Fatalf("Check() failed: %v", err)
@@ -306,6 +318,12 @@ func TestCheckInterfaceGone(t *testing.T) {
 	}
 	if ds, err := l.Check(); err != nil || len(ds) != 0 {
 		t.Errorf("Check() after the repair = %v, %v; want nothing", ds, err)
+	}
+	if _, err := l.Up().Stats(ctx); err != nil {
+		t.Errorf("Up().Stats() after the repair failed: %v", err)
+	}
+	if ch, err := l.Up().SetRate(ctx, 10e6); err != nil || !ch.Wrote {
+		t.Errorf("Up().SetRate(10e6) after the repair = %+v, %v; want a write", ch, err)
 	}
 }
 

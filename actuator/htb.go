@@ -1,6 +1,7 @@
 package actuator
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -84,7 +85,7 @@ func initClock() error {
 // anything else at the same time.
 type htb struct {
 	mu      sync.Mutex
-	conn    *tc.Tc
+	conn    *tcConn
 	framing Framing
 	// root is the root qdisc's handle: htbRootHandle for the tree
 	// autoshape builds, someone else's in attach mode.
@@ -96,7 +97,7 @@ var _ backend = (*htb)(nil)
 // newHTB returns an HTB backend that talks to the kernel over conn and
 // builds classes with framing f. It turns on extended acknowledgements on
 // conn so that errors carry the kernel's message.
-func newHTB(conn *tc.Tc, f Framing) *htb {
+func newHTB(conn *tcConn, f Framing) *htb {
 	// Best effort: without extended acks errors still carry the errno.
 	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
 	return &htb{conn: conn, framing: f, root: htbRootHandle}
@@ -244,7 +245,7 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 	if err != nil {
 		return opErr(op, ifindex, err)
 	}
-	if _, err := h.checkRoot(ifindex); err != nil {
+	if _, err := h.conn.getRoot(ifindex, h.root, "htb"); err != nil {
 		return opErr(op, ifindex, err)
 	}
 	classes, err := h.classes(ifindex)
@@ -325,49 +326,48 @@ func (h *htb) resizeLeaf(ifindex, handle, parent, limit uint32) error {
 // A leafSize is a bfifo leaf's handle, its class and its size in bytes.
 type leafSize struct{ handle, parent, limit uint32 }
 
-// resizeLeaves sets each bfifo leaf to its size, from one read of the
-// qdiscs; it leaves any other kind of leaf alone.
+// resizeLeaves sets each bfifo leaf to its size, reading each leaf alone;
+// it leaves any other kind of leaf alone.
 func (h *htb) resizeLeaves(ifindex uint32, leaves ...leafSize) error {
-	qdiscs, err := h.conn.Qdisc().Get()
-	if err != nil {
-		return fmt.Errorf("failed to read qdiscs: %w", err)
-	}
 	for _, l := range leaves {
-		for _, q := range qdiscs {
-			if q.Ifindex != ifindex || q.Handle != l.handle || q.Parent != l.parent {
-				continue
-			}
-			if q.Kind != "bfifo" || (q.Bfifo != nil && q.Bfifo.Limit == l.limit) {
-				break
-			}
-			err := h.conn.Qdisc().Change(&tc.Object{
-				Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: l.handle, Parent: l.parent},
-				Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: l.limit}},
-			})
-			if err != nil {
-				return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(l.handle), l.limit, err)
-			}
-			break
+		q, err := h.conn.getQdisc(ifindex, l.parent, l.handle, "bfifo")
+		switch {
+		case errors.Is(err, ErrNoQdisc):
+			continue // another kind of leaf, or none
+		case err != nil:
+			return err
+		}
+		// A fifo's options are its struct tc_fifo_qopt: the limit.
+		if len(q.Options) >= 4 && binary.NativeEndian.Uint32(q.Options) == l.limit {
+			continue
+		}
+		err = h.conn.Qdisc().Change(&tc.Object{
+			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: l.handle, Parent: l.parent},
+			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: l.limit}},
+		})
+		if err != nil {
+			return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(l.handle), l.limit, err)
 		}
 	}
 	return nil
 }
 
-// Stats reads the root HTB qdisc's counters. The kernel counts at the root
-// every packet that passes any of its leaves, and its backlog is what all
-// leaves hold; the root's drops include those of the leaves (a full bfifo,
-// fq_codel's AQM), which the top class's do not.
+// Stats reads the root HTB qdisc's counters, with one request for that
+// qdisc alone. The kernel counts at the root every packet that passes any
+// of its leaves, and its backlog is what all leaves hold; the root's drops
+// include those of the leaves (a full bfifo, fq_codel's AQM), which the top
+// class's do not. Another root gives an error wrapping ErrNoQdisc.
 func (h *htb) Stats(ifindex uint32) (Stats, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q, err := h.checkRoot(ifindex)
+	q, err := h.conn.getRoot(ifindex, h.root, "htb")
 	if err != nil {
 		return Stats{}, opErr("read HTB stats", ifindex, err)
 	}
-	if q.Stats == nil {
+	if q.Counters == nil {
 		return Stats{}, opErr("read HTB stats", ifindex, errors.New("the kernel sent no statistics"))
 	}
-	st := statsFromTC(q.Stats)
+	st := *q.Counters
 	st.WireBytes = h.framing.WireTotal(st.Bytes, st.Packets)
 	return st, nil
 }

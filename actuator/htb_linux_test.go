@@ -502,7 +502,7 @@ func TestHTBSplitRepair(t *testing.T) {
 
 // classCounters reads the bytes and packets each HTB class of ifindex has
 // sent.
-func classCounters(t *testing.T, conn *tc.Tc, ifindex uint32) map[uint32]Stats {
+func classCounters(t *testing.T, conn *tcConn, ifindex uint32) map[uint32]Stats {
 	t.Helper()
 	classes, err := conn.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex})
 	if err != nil {

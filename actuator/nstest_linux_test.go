@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/florianl/go-tc"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -160,9 +159,9 @@ func sendUDP(tb testing.TB, ns netns.NsHandle, dst string, n, size int, gap time
 }
 
 // testTC opens a traffic control connection in ns, closed when tb ends.
-func testTC(tb testing.TB, ns netns.NsHandle) *tc.Tc {
+func testTC(tb testing.TB, ns netns.NsHandle) *tcConn {
 	tb.Helper()
-	conn, err := tc.Open(&tc.Config{NetNS: int(ns)})
+	conn, err := dialTC(int(ns))
 	if err != nil {
 		tb.Fatalf("failed to open tc connection: %v", err)
 	}

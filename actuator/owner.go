@@ -76,7 +76,7 @@ func (r rootQdisc) String() string {
 
 // readRoot returns ifindex's root qdisc; an interface without one gives the
 // zero rootQdisc.
-func readRoot(conn *tc.Tc, ifindex uint32) (rootQdisc, error) {
+func readRoot(conn *tcConn, ifindex uint32) (rootQdisc, error) {
 	qs, err := conn.Qdisc().Get()
 	if err != nil {
 		return rootQdisc{}, fmt.Errorf("failed to list qdiscs: %w", err)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/florianl/go-tc"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -106,8 +105,7 @@ func (c SetupConfig) ifb() string {
 // after Attach it removes nothing.
 type Link struct {
 	iface, ifb string
-	netns      int
-	conn       *tc.Tc
+	conn       *tcConn
 	nl         *netlink.Handle
 	up, down   *ifaceShaper
 	// mu serialises the two shapers' use of the shared connections.
@@ -123,8 +121,8 @@ type Link struct {
 
 // open connects to the kernel's traffic control and link netlink in the
 // given namespace (0: the current one).
-func open(netns int) (*tc.Tc, *netlink.Handle, error) {
-	conn, err := tc.Open(&tc.Config{NetNS: netns})
+func open(netns int) (*tcConn, *netlink.Handle, error) {
+	conn, err := dialTC(netns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to open traffic control netlink: %w", err)
 	}
@@ -170,7 +168,7 @@ func Setup(cfg SetupConfig) (l *Link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &Link{iface: cfg.Iface, ifb: cfg.ifb(), netns: cfg.NetNS, conn: conn, nl: h, own: true}
+	l = &Link{iface: cfg.Iface, ifb: cfg.ifb(), conn: conn, nl: h, own: true}
 	upRoot, downRoot, err := l.look(cfg.Replace)
 	if err != nil {
 		l.Close()
@@ -264,15 +262,7 @@ func (l *Link) backends(cfg SetupConfig) (up, down backend) {
 	// Upload CAKE is in front of the bottleneck: what it sees is what the
 	// LAN sends, not the link's capacity.
 	upOpts.AutorateIngress = nil
-	return l.newCake(cfg.Framing, upOpts), l.newCake(cfg.Framing, downOpts)
-}
-
-// newCake returns a CAKE backend working in the link's namespace on
-// autoshape's own root.
-func (l *Link) newCake(f Framing, o CakeOptions) *cake {
-	c := newCake(l.conn, f, o)
-	c.netns = l.netns
-	return c
+	return newCake(l.conn, cfg.Framing, upOpts), newCake(l.conn, cfg.Framing, downOpts)
 }
 
 // createRoot creates b's shaping on the named interface, whose root was
@@ -318,7 +308,7 @@ func Attach(iface, ifb string, netns int) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Link{iface: iface, ifb: ifb, netns: netns, conn: conn, nl: h}
+	l := &Link{iface: iface, ifb: ifb, conn: conn, nl: h}
 	for _, side := range []struct {
 		name string
 		dst  **ifaceShaper
@@ -348,7 +338,7 @@ func (l *Link) detect(name string) (backend, error) {
 	case root.isDefault():
 		return nil, fmt.Errorf("%q has only the kernel's default root qdisc (%s), nothing to attach to: %w", name, root, ErrNoQdisc)
 	case root.Kind == "cake":
-		c := l.newCake(Framing{}, CakeOptions{})
+		c := newCake(l.conn, Framing{}, CakeOptions{})
 		c.handle = root.Handle
 		return c, nil
 	case root.Kind == "htb":
@@ -424,7 +414,7 @@ func (l *Link) removeOwnRoot(name string) error {
 	}
 	var b backend = newHTB(l.conn, Framing{})
 	if root.Kind == "cake" {
-		b = l.newCake(Framing{}, CakeOptions{})
+		b = newCake(l.conn, Framing{}, CakeOptions{})
 	}
 	if err := b.Remove(idx); err != nil {
 		return fmt.Errorf("failed to remove the root qdisc of %q: %w", name, err)
@@ -463,13 +453,14 @@ func RemoveShaping(iface, ifb string, netns int) error {
 		h.Close()
 		return err
 	}
-	l := &Link{iface: iface, ifb: ifb, netns: netns, conn: conn, nl: h, own: true}
+	l := &Link{iface: iface, ifb: ifb, conn: conn, nl: h, own: true}
 	return l.Remove()
 }
 
-// ifaceShaper is the Shaper of one interface's root qdisc. The interface is
-// looked up by name at every call, so a PPPoE reconnect (a new ifindex) is
-// followed.
+// ifaceShaper is the Shaper of one interface's root qdisc. It keeps the
+// interface's index, and looks the name up again after a call that failed
+// (and Check after every look), so that a PPPoE reconnect, which makes the
+// interface anew under a new index, is followed.
 type ifaceShaper struct {
 	mu   *sync.Mutex // the Link's: both shapers share its connections
 	name string
@@ -478,6 +469,37 @@ type ifaceShaper struct {
 	// rate is the last rate the kernel held after SetRate (at first
 	// Setup's): Check makes a deleted root again at it.
 	rate uint64
+	// idx is the interface's index as last looked up, 0 before.
+	idx uint32
+}
+
+// withIndex runs op with the interface's index. After op fails it looks the
+// index up again and, when the interface has a new one, runs op once more:
+// the kernel tells a stale index in more ways than one (ENODEV when it is
+// gone, EINVAL when another interface took it), and failures are rare.
+func (s *ifaceShaper) withIndex(op func(idx uint32) error) error {
+	if s.idx != 0 {
+		err := op(s.idx)
+		if err == nil {
+			return nil
+		}
+		idx, lerr := ifindex(s.nl, s.name)
+		if lerr != nil {
+			s.idx = 0
+			return lerr
+		}
+		if idx == s.idx {
+			return err
+		}
+		s.idx = idx
+		return op(idx)
+	}
+	idx, err := ifindex(s.nl, s.name)
+	if err != nil {
+		return err
+	}
+	s.idx = idx
+	return op(idx)
 }
 
 var _ Shaper = (*ifaceShaper)(nil)
@@ -486,11 +508,18 @@ var _ Shaper = (*ifaceShaper)(nil)
 func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var ch Change
+	err := s.withIndex(func(idx uint32) error {
+		var err error
+		ch, err = s.setRate(idx, bps)
+		return err
+	})
+	return ch, err
+}
+
+// setRate is SetRate on ifindex idx.
+func (s *ifaceShaper) setRate(idx uint32, bps uint64) (Change, error) {
 	ch := Change{Iface: s.name, Kind: s.b.Kind(), To: bps}
-	idx, err := ifindex(s.nl, s.name)
-	if err != nil {
-		return ch, err
-	}
 	cur, err := s.b.Rate(idx)
 	if err != nil {
 		return ch, fmt.Errorf("failed to read the %s rate on %q: %w", s.b.Kind(), s.name, err)
@@ -526,15 +555,15 @@ func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 func (s *ifaceShaper) Stats(context.Context) (Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	idx, err := ifindex(s.nl, s.name)
-	if err != nil {
-		return Stats{}, err
-	}
-	st, err := s.b.Stats(idx)
-	if err != nil {
-		return Stats{}, fmt.Errorf("failed to read %s stats on %q: %w", s.b.Kind(), s.name, err)
-	}
-	return st, nil
+	var st Stats
+	err := s.withIndex(func(idx uint32) error {
+		var err error
+		if st, err = s.b.Stats(idx); err != nil {
+			return fmt.Errorf("failed to read %s stats on %q: %w", s.b.Kind(), s.name, err)
+		}
+		return nil
+	})
+	return st, err
 }
 
 // ErrLinkGone: the interface does not exist (now).
