@@ -4,26 +4,16 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
-
-// errHelp is returned after a command's -h: exit status 0.
-var errHelp = errors.New("help shown")
-
-// usageError marks errors caused by bad input: exit status 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
 const usage = `usage: autoshape-tools COMMAND [FLAGS]
 
@@ -59,28 +49,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autoshape-tools: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	if err == nil || errors.Is(err, errHelp) {
-		return 0
-	}
-	fmt.Fprintf(stderr, "autoshape-tools %s: %v\n", args[0], err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return 1
+	return cli.Exit("autoshape-tools", args[0], err, stderr)
 }
 
-// parseFlags parses a command's flags: -h shows the usage (exit 0), a bad
-// flag or a stray argument is a usage error (exit 2).
+// parseFlags parses a command's flags (see cli.ParseFlags).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return cli.ParseFlags("autoshape-tools", fs, args)
 }

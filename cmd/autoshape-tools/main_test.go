@@ -215,3 +215,22 @@ func TestVersionAndHelp(t *testing.T) {
 		})
 	}
 }
+
+// TestBadFlagReportedOnce: an unknown flag is one line naming it, with a
+// pointer to -h, and exit status 2; -h exits 0.
+func TestBadFlagReportedOnce(t *testing.T) {
+	for _, cmd := range []string{"simulate", "plot"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "--bogus"}, &stdout, &stderr); code != 2 {
+			t.Errorf("%s --bogus: exit %d, want 2", cmd, code)
+		}
+		want := "autoshape-tools " + cmd + ": flag provided but not defined: -bogus (see 'autoshape-tools " + cmd + " -h')\n"
+		if stderr.String() != want {
+			t.Errorf("%s --bogus: stderr %q, want %q", cmd, stderr.String(), want)
+		}
+		stderr.Reset()
+		if code := run([]string{cmd, "-h"}, &stdout, &stderr); code != 0 {
+			t.Errorf("%s -h: exit %d, want 0", cmd, code)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/internal/cli"
 	"github.com/autoshape/autoshape/sweep"
 )
 
@@ -52,17 +53,17 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(ins) == 0 {
-		return usagef("--in is required")
+		return cli.Usagef("--in is required")
 	}
 	ext := strings.ToLower(filepath.Ext(*out))
 	if *out == "" || (ext != ".png" && ext != ".svg") {
-		return usagef("--out must name a .png or .svg file")
+		return cli.Usagef("--out must name a .png or .svg file")
 	}
 	var inputs []plotInput
 	for _, path := range ins {
 		in, err := readPlotInput(path)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		inputs = append(inputs, in)
 	}
@@ -79,10 +80,10 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	case "sweep":
 		panels, err = sweepFigure(inputs)
 	default:
-		return usagef("--kind %q: want timeseries, cdf or sweep", *kind)
+		return cli.Usagef("--kind %q: want timeseries, cdf or sweep", *kind)
 	}
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if err := writeFigure(panels, *out, ext); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/internal/cli"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
 )
@@ -97,14 +98,14 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *budget <= 0 {
-		return usagef("--budget %v must be positive", *budget)
+		return cli.Usagef("--budget %v must be positive", *budget)
 	}
 	if *dur < 0 {
-		return usagef("--duration %v is negative", *dur)
+		return cli.Usagef("--duration %v is negative", *dur)
 	}
 
 	if *series && !*asJSON {
-		return usagef("--series needs --json")
+		return cli.Usagef("--series needs --json")
 	}
 	cfg := sim.Config{Duration: *dur, Seed: *seed, Budget: *budget, Series: *series}
 	if *down == "" && *up == "" {
@@ -119,7 +120,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		}
 		tr, err := sim.LoadTrace(t.val)
 		if err != nil {
-			return usagef("%s: %v", t.flag, err)
+			return cli.Usagef("%s: %v", t.flag, err)
 		}
 		*t.dst = tr
 	}
@@ -129,10 +130,10 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		var f simFile
 		md, err := toml.DecodeFile(*cfgFile, &f)
 		if err != nil {
-			return usagef("--config %s: %v", *cfgFile, err)
+			return cli.Usagef("--config %s: %v", *cfgFile, err)
 		}
 		if und := md.Undecoded(); len(und) > 0 {
-			return usagef("--config %s: unknown key %q", *cfgFile, und[0].String())
+			return cli.Usagef("--config %s: unknown key %q", *cfgFile, und[0].String())
 		}
 		b := f.Budget
 		if b.Budget.Duration != 0 {
@@ -149,14 +150,14 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		for dir, b := range f.Bounds {
 			d, err := parseDirection(dir)
 			if err != nil {
-				return usagef("--config %s: bounds.%s: %v", *cfgFile, dir, err)
+				return cli.Usagef("--config %s: bounds.%s: %v", *cfgFile, dir, err)
 			}
 			tr := cfg.Down
 			if d == estimator.Up {
 				tr = cfg.Up
 			}
 			if tr == nil {
-				return usagef("--config %s: bounds.%s: that direction carries no load", *cfgFile, dir)
+				return cli.Usagef("--config %s: bounds.%s: that direction carries no load", *cfgFile, dir)
 			}
 			// Unset values keep what the trace suggests.
 			bounds := sim.DefaultBounds(tr, effectiveDuration(cfg))
@@ -169,7 +170,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 				}
 				r, err := controller.ParseRate(v.val)
 				if err != nil {
-					return usagef("--config %s: bounds.%s.%s: %v", *cfgFile, dir, v.key, err)
+					return cli.Usagef("--config %s: bounds.%s.%s: %v", *cfgFile, dir, v.key, err)
 				}
 				*v.dst = r
 			}
@@ -177,11 +178,11 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	schemes, err := sim.Schemes(splitList(*pol), bc, policies.DefaultClassicConfig())
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 
 	rep := simReport{Seed: *seed, BudgetMs: float64(cfg.Budget) / float64(time.Millisecond)}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 // calcResult is the JSON shape of `autoshape calc --json`.
@@ -67,17 +68,17 @@ func calc(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case (*rate == "") == (*goodput == ""):
-		return usagef("give exactly one of --rate and --goodput")
+		return cli.Usagef("give exactly one of --rate and --goodput")
 	case *atm && *ptm:
-		return usagef("--atm and --ptm exclude each other")
+		return cli.Usagef("--atm and --ptm exclude each other")
 	case *mtu < 68 || *mtu > 65535:
-		return usagef("--mtu %d: want 68 to 65535", *mtu)
+		return cli.Usagef("--mtu %d: want 68 to 65535", *mtu)
 	case *overhead < -64 || *overhead > 256:
-		return usagef("--overhead %d: want -64 to 256", *overhead)
+		return cli.Usagef("--overhead %d: want -64 to 256", *overhead)
 	}
 	payload, err := tcpPayload(*mtu, *ipVersion, *timestamps)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	f := actuator.Framing{Overhead: *overhead}
 	switch {
@@ -91,20 +92,20 @@ func calc(args []string, stdout, stderr io.Writer) error {
 	// way to take back a header the kernel counts) may not eat into it,
 	// or goodput would exceed the rate.
 	if wire < float64(payload) {
-		return usagef("--overhead %d with --mtu %d leaves %g bytes on the wire for %d bytes of TCP payload: a frame carries at least its payload", *overhead, *mtu, wire, payload)
+		return cli.Usagef("--overhead %d with --mtu %d leaves %g bytes on the wire for %d bytes of TCP payload: a frame carries at least its payload", *overhead, *mtu, wire, payload)
 	}
 	eff := float64(payload) / wire
 	var res calcResult
 	if *rate != "" {
 		r, err := controller.ParseRate(*rate)
 		if err != nil || r <= 0 {
-			return usagef("--rate: %v", orPositive(err))
+			return cli.Usagef("--rate: %v", orPositive(err))
 		}
 		res.GrossKbit, res.GoodputKbit = r/1000, r/1000*eff
 	} else {
 		g, err := controller.ParseRate(*goodput)
 		if err != nil || g <= 0 {
-			return usagef("--goodput: %v", orPositive(err))
+			return cli.Usagef("--goodput: %v", orPositive(err))
 		}
 		res.GoodputKbit, res.GrossKbit = g/1000, g/1000/eff
 	}

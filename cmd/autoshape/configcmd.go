@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/autoshape/autoshape/config"
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 const configUsage = `usage: autoshape config default | check FILE | from-sqm [FILE]
@@ -24,7 +25,7 @@ const defaultSQM = "/etc/config/sqm"
 // configCmd is `autoshape config default|check FILE|from-sqm [FILE]`.
 func configCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("a command is missing (see 'autoshape config -h')")
+		return cli.Usagef("a command is missing (see 'autoshape config -h')")
 	}
 	sub := func(usage string, minArgs, maxArgs int) ([]string, error) {
 		fs := flag.NewFlagSet("config "+args[0], flag.ContinueOnError)
@@ -33,18 +34,18 @@ func configCmd(args []string, stdout, stderr io.Writer) error {
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			fmt.Fprintln(stderr, "usage: autoshape config "+usage)
-			return nil, errHelp
+			return nil, cli.ErrHelp
 		case err != nil:
-			return nil, usagef("%v (see 'autoshape %s -h')", err, fs.Name())
+			return nil, cli.Usagef("%v (see 'autoshape %s -h')", err, fs.Name())
 		case fs.NArg() < minArgs || fs.NArg() > maxArgs:
-			return nil, usagef("usage: autoshape config %s", usage)
+			return nil, cli.Usagef("usage: autoshape config %s", usage)
 		}
 		return fs.Args(), nil
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, configUsage)
-		return errHelp
+		return cli.ErrHelp
 	case "default":
 		if _, err := sub("default: print the reference configuration", 0, 0); err != nil {
 			return err
@@ -58,7 +59,7 @@ func configCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg, err := config.Load(files[0])
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		fmt.Fprintf(stdout, "%s: ok (%d link(s))\n", files[0], len(cfg.Links))
 		return nil
@@ -73,14 +74,14 @@ func configCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		out, err := config.FromSQM(string(b), path)
 		if err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		_, err = io.WriteString(stdout, out)
 		return err
 	}
-	return usagef("unknown config command %q (known: default, check, from-sqm)", args[0])
+	return cli.Usagef("unknown config command %q (known: default, check, from-sqm)", args[0])
 }

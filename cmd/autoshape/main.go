@@ -4,12 +4,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 // version is the release, set at build time with
@@ -49,17 +50,6 @@ func resolveVersion(stamped string, buildInfo func() (*debug.BuildInfo, bool)) s
 	}
 	return "dev-" + rev[:min(len(rev), 12)] + dirty
 }
-
-// errHelp is returned after a command's -h: exit status 0.
-var errHelp = errors.New("help shown")
-
-// usageError marks errors caused by bad input: exit status 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
 const usage = `usage: autoshape COMMAND [FLAGS]
 
@@ -105,43 +95,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "autoshape: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	if err == nil {
-		return 0
-	}
-	if errors.Is(err, errHelp) {
-		return 0
-	}
-	fmt.Fprintf(stderr, "autoshape %s: %v\n", args[0], err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return 1
+	return cli.Exit("autoshape", args[0], err, stderr)
 }
 
-// parseFlags parses a command's flags: -h shows the usage (exit 0), a bad
-// flag or a stray argument is a usage error (exit 2) that run reports once,
-// with a pointer to -h. The flag package's own messages are silenced: it
-// would print the error and the whole usage before run prints the error
-// again. Each command sets fs.Usage to print its usage line first.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	out, usage := fs.Output(), fs.Usage
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.SetOutput(out)
-	fs.Usage = usage
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
-		return errHelp
-	case err != nil:
-		return usagef("%v (see 'autoshape %s -h')", err, fs.Name())
-	case fs.NArg() > 0:
-		return usagef("unexpected argument %q (see 'autoshape %s -h')", fs.Arg(0), fs.Name())
-	}
-	return nil
-}
+// parseFlags parses a command's flags (see cli.ParseFlags).
+func parseFlags(fs *flag.FlagSet, args []string) error { return cli.ParseFlags("autoshape", fs, args) }
 
 // versionCmd is `autoshape version`.
 func versionCmd(args []string, stdout, stderr io.Writer) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/daemon"
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 // runDaemon is `autoshape run -c FILE [--dry-run]`: the daemon.
@@ -31,11 +32,11 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *path == "" {
-		return usagef("-c FILE is required")
+		return cli.Usagef("-c FILE is required")
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	log, level := newLevelLogger(cfg.LogLevel, stdout, stderr)
 	defer log.Sync()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
+	"github.com/autoshape/autoshape/internal/cli"
 )
 
 // shape sets up static shaping on an interface once, or removes it.
@@ -33,14 +34,14 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *iface == "" {
-		return usagef("--iface is required")
+		return cli.Usagef("--iface is required")
 	}
 	if *remove {
 		if *up != "" || *down != "" {
-			return usagef("--remove takes no rates")
+			return cli.Usagef("--remove takes no rates")
 		}
 		if *replace {
-			return usagef("--remove and --replace exclude each other")
+			return cli.Usagef("--remove and --replace exclude each other")
 		}
 		if err := actuator.RemoveShaping(*iface, *ifb, 0); err != nil {
 			return shapeErr(err)
@@ -49,11 +50,11 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if *atm && *ptm {
-		return usagef("--atm and --ptm exclude each other")
+		return cli.Usagef("--atm and --ptm exclude each other")
 	}
 	backend, err := actuator.ParseBackend(*backendName)
 	if err != nil {
-		return usagef("--backend: %v", err)
+		return cli.Usagef("--backend: %v", err)
 	}
 	// Static rates: CAKE's autorate-ingress would move the download's.
 	cfg := actuator.SetupConfig{Iface: *iface, IFB: *ifb, Backend: backend, Replace: *replace,
@@ -70,23 +71,23 @@ func shape(args []string, stdout, stderr io.Writer) error {
 		dst       *uint64
 	}{{"--up", *up, &cfg.Up}, {"--down", *down, &cfg.Down}} {
 		if r.val == "" {
-			return usagef("%s is required", r.flag)
+			return cli.Usagef("%s is required", r.flag)
 		}
 		bps, err := controller.ParseRate(r.val)
 		if err != nil {
-			return usagef("%s: %v", r.flag, err)
+			return cli.Usagef("%s: %v", r.flag, err)
 		}
 		if bps < 1000 {
-			return usagef("%s %s: the rate must be at least 1kbit", r.flag, r.val)
+			return cli.Usagef("%s %s: the rate must be at least 1kbit", r.flag, r.val)
 		}
 		*r.dst = uint64(bps)
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	l, err := actuator.Setup(cfg)
 	if errors.Is(err, actuator.ErrForeignQdisc) {
-		return usagef("%v; autoshape left it as it is: pass --replace to replace it with autoshape's shaping", err)
+		return cli.Usagef("%v; autoshape left it as it is: pass --replace to replace it with autoshape's shaping", err)
 	}
 	if err != nil {
 		return shapeErr(err)
@@ -111,7 +112,7 @@ func shapeErr(err error) error {
 	switch {
 	case errors.Is(err, actuator.ErrLinkGone), errors.Is(err, actuator.ErrNotSupported),
 		errors.Is(err, actuator.ErrNoQdisc), actuator.IsPermission(err):
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/config"
+	"github.com/autoshape/autoshape/internal/cli"
 	"github.com/autoshape/autoshape/sweep"
 )
 
@@ -46,15 +47,15 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *path == "" {
-		return usagef("-c FILE is required")
+		return cli.Usagef("-c FILE is required")
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	link, err := pickLink(cfg, *linkName)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	// Attach mode may find sqm-scripts' HTB, whatever the backend key says.
 	minRate := link.Backend.MinRate()
@@ -63,11 +64,11 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	plan, err := sweep.NewPlan(*direction, *lineDown, *lineUp, *from, *to, *step, *hold, link.Budget, minRate)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	load, err := sweep.ParseLoad(*loadSpec, *streams)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 
 	log := newLogger(cfg.LogLevel, stderr)
@@ -76,7 +77,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	rep, err := sweep.Link(ctx, link, plan, load, log)
 	if errors.Is(err, actuator.ErrForeignQdisc) {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if len(rep.Steps) == 0 {
 		return err
