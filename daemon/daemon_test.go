@@ -24,6 +24,7 @@ import (
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/probe"
+	"github.com/autoshape/autoshape/probe/probetest"
 )
 
 // The controller's defaults that the tests' expectations follow.
@@ -54,7 +55,7 @@ func testLink(iface string) config.Link {
 // inside a synctest bubble.
 type testDaemon struct {
 	t       *testing.T
-	clock   *fakeClock
+	clock   *probetest.FakeClock
 	kernel  *fakeKernel
 	targets *fakeTargets
 	path    string // the configuration file
@@ -81,7 +82,7 @@ type setup struct {
 func startDaemon(t *testing.T, s setup) *testDaemon {
 	t.Helper()
 	dir := t.TempDir()
-	clock := &fakeClock{settle: synctest.Wait, now: t0}
+	clock := probetest.NewFakeClock(t0, synctest.Wait)
 	td := &testDaemon{
 		t: t, clock: clock, kernel: &fakeKernel{clock: clock}, targets: &fakeTargets{clock: clock},
 		path: filepath.Join(dir, "autoshape.toml"), state: filepath.Join(dir, "state", "state.json"),

@@ -14,97 +14,11 @@ import (
 	"github.com/autoshape/autoshape/daemon"
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
+	"github.com/autoshape/autoshape/probe/probetest"
 )
 
-// t0 is where a fakeClock starts.
+// t0 is where the tests' clock starts.
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-
-// A fakeClock is a probe.Clock whose time moves only in Advance. Its tickers
-// deliver every tick, each one handed over (the send blocks until the
-// ticker's owner takes it or stops the ticker), in time order, and after
-// each tick settle lets the goroutines that took it finish their work
-// (synctest.Wait).
-type fakeClock struct {
-	settle func()
-
-	mu      sync.Mutex
-	now     time.Time
-	seq     int
-	tickers []*fakeTicker
-}
-
-var _ probe.Clock = (*fakeClock)(nil)
-
-type fakeTicker struct {
-	c      chan time.Time
-	done   chan struct{}
-	period time.Duration
-	next   time.Time
-	seq    int // creation order, for ties
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Since returns the time elapsed since t0.
-func (c *fakeClock) Since() time.Duration { return c.Now().Sub(t0) }
-
-func (c *fakeClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	if d <= 0 {
-		panic("fakeClock: non-positive ticker period")
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	tk := &fakeTicker{c: make(chan time.Time), done: make(chan struct{}), period: d, next: c.now.Add(d), seq: c.seq}
-	c.tickers = append(c.tickers, tk)
-	var once sync.Once
-	return tk.c, func() {
-		once.Do(func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.tickers = slices.DeleteFunc(c.tickers, func(x *fakeTicker) bool { return x == tk })
-			close(tk.done)
-		})
-	}
-}
-
-// Advance moves the time forward by d, delivering every tick due on the way.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var due *fakeTicker
-		for _, tk := range c.tickers {
-			if tk.next.After(end) {
-				continue
-			}
-			if due == nil || tk.next.Before(due.next) || (tk.next.Equal(due.next) && tk.seq < due.seq) {
-				due = tk
-			}
-		}
-		if due == nil {
-			c.now = end
-			c.mu.Unlock()
-			break
-		}
-		at := due.next
-		c.now = at
-		due.next = at.Add(due.period)
-		c.mu.Unlock()
-		select {
-		case due.c <- at:
-		case <-due.done:
-		}
-		c.settle()
-	}
-	c.settle()
-}
 
 // A write is one rate a fakeShaper was set to, at a time since t0.
 type write struct {
@@ -115,7 +29,7 @@ type write struct {
 // A fakeShaper is a shaper through which the link is loaded (it sends at
 // 95 % of its rate) unless quiet is set.
 type fakeShaper struct {
-	clock *fakeClock
+	clock *probetest.FakeClock
 	iface string
 	quiet atomic.Bool
 
@@ -227,7 +141,7 @@ func (s *fakeShaping) Ended() (removed, closed bool) {
 // A fakeKernel sets up fakeShapings, and keeps every one by interface, in
 // order.
 type fakeKernel struct {
-	clock *fakeClock
+	clock *probetest.FakeClock
 
 	mu      sync.Mutex
 	shaping map[string][]*fakeShaping
@@ -263,7 +177,7 @@ func (k *fakeKernel) Shapings(iface string) []*fakeShaping {
 // fakeTargets make targets that answer every probe after a fixed round
 // trip while answering is set, and lose every probe while it is not.
 type fakeTargets struct {
-	clock     *fakeClock
+	clock     *probetest.FakeClock
 	answering atomic.Bool
 }
 

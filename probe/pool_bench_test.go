@@ -12,6 +12,7 @@ import (
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
+	"github.com/autoshape/autoshape/probe/probetest"
 )
 
 // benchPool runs a pool of active reflectors out of n on fake targets and a
@@ -19,9 +20,9 @@ import (
 // synctest bubble), with a goroutine draining its samples. It returns when
 // every active reflector's Target runs; stop ends the pool and checks that
 // it ended cleanly.
-func benchPool(b *testing.B, n, active int, setup func(*poolFakeNet)) (clock *poolFakeClock, net *poolFakeNet, p *probe.Pool, stop func()) {
+func benchPool(b *testing.B, n, active int, setup func(*poolFakeNet)) (clock *probetest.FakeClock, net *poolFakeNet, p *probe.Pool, stop func()) {
 	b.Helper()
-	clock = newPoolFakeClock(nil)
+	clock = probetest.NewFakeClock(poolT0, nil)
 	net = newPoolFakeNet(clock)
 	net.record = false
 	if setup != nil {

@@ -22,7 +22,11 @@ import (
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/probe"
+	"github.com/autoshape/autoshape/probe/probetest"
 )
+
+// poolT0 is where the pool tests' clock starts.
+var poolT0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 // Reflectors of the tests: addresses of the documentation range, probed by
 // fake targets only. Tests never use probe.DefaultReflectors.
@@ -77,7 +81,7 @@ type poolFakeStart struct {
 // probe on the fake clock: one probe as they start, then one every
 // interval, each answered (or lost) at once as the test set.
 type poolFakeNet struct {
-	clock  *poolFakeClock
+	clock  *probetest.FakeClock
 	record bool // keep the list of starts (benchmarks turn it off)
 
 	mu       sync.Mutex
@@ -92,7 +96,7 @@ type poolFakeNet struct {
 	deadline time.Duration
 }
 
-func newPoolFakeNet(clock *poolFakeClock) *poolFakeNet {
+func newPoolFakeNet(clock *probetest.FakeClock) *poolFakeNet {
 	return &poolFakeNet{
 		clock:   clock,
 		record:  true,
@@ -249,7 +253,7 @@ func (t *poolFakeTarget) Stats() probe.TargetStats {
 // A poolHarness runs a Pool on fake targets and a fake clock inside a
 // synctest bubble.
 type poolHarness struct {
-	clock *poolFakeClock
+	clock *probetest.FakeClock
 	net   *poolFakeNet
 	pool  *probe.Pool
 	out   chan estimator.Sample
@@ -267,7 +271,7 @@ type poolHarness struct {
 // inside a synctest bubble.
 func newPoolHarness(t *testing.T, cfg probe.PoolConfig, setup func(*poolFakeNet)) *poolHarness {
 	t.Helper()
-	h := &poolHarness{clock: newPoolFakeClock(synctest.Wait), out: make(chan estimator.Sample, 4096)}
+	h := &poolHarness{clock: probetest.NewFakeClock(poolT0, synctest.Wait), out: make(chan estimator.Sample, 4096)}
 	h.net = newPoolFakeNet(h.clock)
 	if setup != nil {
 		setup(h.net)
@@ -1109,10 +1113,7 @@ func TestPoolRunStops(t *testing.T) {
 		if got := len(h.drain()); got != 0 {
 			t.Errorf("%d samples after Run returned", got)
 		}
-		h.clock.mu.Lock()
-		left := len(h.clock.tickers)
-		h.clock.mu.Unlock()
-		if left != 0 {
+		if left := h.clock.Tickers(); left != 0 {
 			t.Errorf("%d tickers left running after Run returned", left)
 		}
 	})
