@@ -72,12 +72,15 @@ func (l *daemonLab) wire(t *testing.T) {
 	mustRun(t, "ip", "-n", l.reflector, "link", "set", "rf0", "up")
 }
 
+// writeConfig writes the lab's configuration. Its log level is debug, so
+// that the log holds every decision: the gradual ones are DEBUG lines, and
+// the tests read the rates reached from the log.
 func (l *daemonLab) writeConfig(t *testing.T, extra string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`state_file = %q
 on_exit = "base"
 [log]
-level = "info"
+level = "debug"
 decisions = %q
 [metrics]
 listen = "127.0.0.1:19877"
@@ -793,7 +796,7 @@ func TestDaemonReloadAppliesSettings(t *testing.T) {
 	}, log)
 
 	cfg, _ := os.ReadFile(l.config)
-	text := strings.Replace(string(cfg), `level = "info"`, `level = "warn"`, 1)
+	text := strings.Replace(string(cfg), `level = "debug"`, `level = "warn"`, 1)
 	text = strings.Replace(text, `listen = "127.0.0.1:19877"`, `listen = "127.0.0.1:19878"`, 1)
 	text = strings.Replace(text, "decisions.jsonl", "decisions-2.jsonl", 1)
 	os.WriteFile(l.config, []byte(text), 0o644)
