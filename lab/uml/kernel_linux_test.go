@@ -95,6 +95,14 @@ func TestOnRealKernel(t *testing.T) {
 	t.Logf("inside the kernel for %v", time.Since(start).Round(time.Second))
 
 	result := regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+	// The names of what failed come again last, with each one's first
+	// lines, since CI keeps only the end of a long output.
+	var summary []string
+	defer func() {
+		if len(summary) > 0 {
+			t.Errorf("failed inside the kernel:\n%s", strings.Join(summary, "\n"))
+		}
+	}()
 	for i, s := range realKernelSuites {
 		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("suite%d.log", i)))
 		if err != nil {
@@ -102,17 +110,26 @@ func TestOnRealKernel(t *testing.T) {
 		}
 		rc, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("suite%d.rc", i)))
 		counts := map[string]int{}
-		var skipped []string
+		var skipped, failed []string
 		for _, m := range result.FindAllStringSubmatch(string(log), -1) {
 			counts[m[1]]++
-			if m[1] == "SKIP" {
+			switch m[1] {
+			case "SKIP":
 				skipped = append(skipped, m[2])
+			case "FAIL":
+				failed = append(failed, m[2])
 			}
 		}
 		t.Logf("%s inside the kernel: %d passed, %d failed, %d skipped", s.pkg, counts["PASS"], counts["FAIL"], counts["SKIP"])
 		if strings.TrimSpace(string(rc)) != "0" || counts["FAIL"] > 0 {
 			t.Errorf("%s failed inside the kernel (exit %s):\n%s\n... the log's end:\n%s", s.pkg, strings.TrimSpace(string(rc)),
 				failures(string(log)), tail(string(log), 6000))
+			detail := failures(string(log))
+			if detail == "" { // a panic or a timeout has no FAIL line of its own
+				detail = string(log)
+			}
+			summary = append(summary, fmt.Sprintf("%s (exit %s): %s\n%s", s.pkg, strings.TrimSpace(string(rc)),
+				strings.Join(failed, ", "), tail(detail, 1500)))
 		}
 		if len(skipped) > 0 {
 			t.Errorf("%s: tests skipped inside the kernel, where everything must run: %s\n%s", s.pkg, strings.Join(skipped, ", "), skips(string(log)))
