@@ -20,6 +20,7 @@ const usage = `usage: autoshape-tools COMMAND [FLAGS]
 commands:
   simulate   replay a capacity trace through the link model under several schemes
   plot       draw time series, delay distributions and sweeps as PNG or SVG
+  frontier   sweep each scheme's knob over traces and seeds: utilisation against delay
   version    print the version
 
 Run 'autoshape-tools COMMAND -h' for a command's flags.
@@ -41,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = simulate(args[1:], stdout, stderr)
 	case "plot":
 		err = plotCmd(args[1:], stdout, stderr)
+	case "frontier":
+		err = frontier(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "autoshape-tools %s\n", version)
 	case "help", "-h", "--help":
