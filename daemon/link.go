@@ -191,6 +191,7 @@ func (r *linkRunner) run(ctx context.Context, saved linkState) error {
 // set before it starts and cleared only after it ended.
 type linkLoop struct {
 	*linkRunner
+	pacer   *probe.Pacer
 	shapers [2]controller.Shaper
 	est     *estimator.Estimator
 	ctrl    *controller.Controller
@@ -221,9 +222,12 @@ func (r *linkRunner) newLoop(shapers [2]controller.Shaper, saved linkState) (*li
 		reflectors = probe.DefaultReflectors
 	}
 	reflectors = preferSaved(reflectors, saved.Reflectors)
+	// The link's targets are paced from its loop, just before each
+	// control step (see probe.Pacer).
+	l.pacer = probe.NewPacer(r.opts.Tick)
 	targets := r.opts.Targets
 	if targets == nil {
-		targets = probe.NewTargetFactory(probe.TargetOptions{Logger: r.log, Device: r.cfg.Interface})
+		targets = probe.NewTargetFactory(probe.TargetOptions{Logger: r.log, Device: r.cfg.Interface, Pacer: l.pacer})
 	}
 	pool, err := probe.NewPool(probe.PoolConfig{
 		Reflectors: reflectors, Active: r.cfg.ActiveReflectors, Rate: r.cfg.ProbeRate, Method: r.cfg.Method,
@@ -260,15 +264,6 @@ func (l *linkLoop) run(ctx context.Context) error {
 	period := l.opts.Tick
 	tick, stopTick := l.opts.Clock.NewTicker(period)
 	defer func() { stopTick() }()
-	// Once a second the shaping is compared with what the kernel holds:
-	// what someone deleted of autoshape's is made again, what someone put
-	// in its place is left alone, and each is logged once.
-	var checks <-chan time.Time
-	if l.shaping != nil {
-		c, stop := l.opts.Clock.NewTicker(time.Second)
-		defer stop()
-		checks = c
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,9 +278,17 @@ func (l *linkLoop) run(ctx context.Context) error {
 			return fmt.Errorf("probes stopped: %w", err)
 		case s := <-samples:
 			l.ctrl.AddSample(s)
-		case now := <-checks:
-			l.onCheck(now)
 		case now := <-tick:
+			// The answers that came since the last tick, first.
+			l.pacer.Pace(now)
+			takeSamples(samples, l.ctrl.AddSample)
+			// Every second or so, on a tick, the shaping is compared with
+			// what the kernel holds: what someone deleted of autoshape's
+			// is made again (and this tick writes its rate), what someone
+			// put in its place is left alone, and each is logged once.
+			if l.shaping != nil {
+				l.onCheck(now)
+			}
 			l.onTick(ctx, now)
 			// An idle link ticks slowly: its probes are paused and only
 			// load coming back needs noticing.
@@ -294,6 +297,18 @@ func (l *linkLoop) run(ctx context.Context) error {
 				period = p
 				tick, stopTick = l.opts.Clock.NewTicker(p)
 			}
+		}
+	}
+}
+
+// takeSamples hands add the samples waiting in c.
+func takeSamples(c <-chan estimator.Sample, add func(estimator.Sample)) {
+	for {
+		select {
+		case s := <-c:
+			add(s)
+		default:
+			return
 		}
 	}
 }
@@ -311,8 +326,8 @@ func (l *linkLoop) tickPeriod() time.Duration {
 }
 
 // onCheck compares the shaping with the kernel's, at most every
-// checkEvery, and makes the next tick write the rates again when the check
-// made or attached to a root.
+// checkEvery, and makes the tick that follows write the rates again when
+// the check made or attached to a root.
 func (l *linkLoop) onCheck(now time.Time) {
 	if now.Before(l.nextCheck) {
 		return

@@ -90,6 +90,7 @@ type echoTarget struct {
 	privileged bool
 	// device is what the socket is bound to; "" for none.
 	device string
+	pacer  *Pacer // nil: the target paces itself
 	log    *zap.Logger
 	now    func() time.Time
 	// id is the identifier of the requests: random on a raw socket; on a
@@ -103,7 +104,7 @@ type echoTarget struct {
 	// failing is set while sends fail, to log an outage once.
 	failing bool
 
-	// req is the request being sent, reused by Run's goroutine.
+	// req is the request being sent, reused from poll to poll.
 	req []byte
 }
 
@@ -112,13 +113,14 @@ var _ Target = (*echoTarget)(nil)
 // newEchoTarget returns a target that probes addr with echo every
 // interval, each answer awaited up to deadline, through a raw socket if
 // privileged and a datagram socket if not, bound to device unless it is
-// empty.
-func newEchoTarget(addr netip.Addr, interval, deadline time.Duration, privileged bool, device string, log *zap.Logger) *echoTarget {
+// empty, polled by pacer (by itself if nil).
+func newEchoTarget(addr netip.Addr, interval, deadline time.Duration, privileged bool, device string, pacer *Pacer, log *zap.Logger) *echoTarget {
 	return &echoTarget{
 		addr:       addr,
 		interval:   interval,
 		privileged: privileged,
 		device:     device,
+		pacer:      pacer,
 		log:        log,
 		now:        time.Now,
 		id:         uint16(rand.Uint32()),
@@ -135,7 +137,8 @@ func (e *echoTarget) Stats() TargetStats {
 	return s
 }
 
-// Run probes until ctx ends. It opens its socket in the network namespace
+// Run probes until ctx ends, polled by the target's Pacer (or every
+// selfPace without one). It opens its socket in the network namespace
 // of the calling thread and returns an error only when it cannot open it
 // (a device to bind to that is missing is waited for) or cannot read from
 // it; a send the kernel refuses makes a lost probe.
@@ -157,56 +160,58 @@ func (e *echoTarget) Run(ctx context.Context, sink func(Result)) error {
 	}()
 
 	rep := newReporter(&e.mu, e.w, e.now)
-	sock := newProbeSocket(e.device,
-		func() (net.PacketConn, error) { return listenEcho(e.addr, e.privileged, e.id, e.device) },
-		func(conn net.PacketConn) error { return e.read(conn, rep) })
+	sock := newProbeSocket(e.device, e.addr, e.privileged && e.addr.Is4(),
+		func() (net.PacketConn, error) { return listenEcho(e.addr, e.privileged, e.id, e.device) })
 	if err := sock.start(); err != nil && !sock.gone(err) {
 		return fmt.Errorf("failed to open echo socket for reflector %s: %w", e.addr, err)
 	}
-	dst := echoDst(e.addr, e.privileged)
-	tick := time.NewTicker(e.interval)
 	defer func() {
-		tick.Stop()
-		rep.timer.Stop()
 		sock.stop()
 		// The fates known by now are reported; those of the probes still
 		// awaiting an answer never will be.
 		rep.report(sink, false)
 	}()
-
-	e.send(sock, dst, rep, sink)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			e.send(sock, dst, rep, sink)
-		case <-rep.wakeup:
-			rep.report(sink, false)
-		case <-rep.timer.C:
-			rep.report(sink, false)
-		case err := <-sock.done:
-			sock.readFailed()
-			return fmt.Errorf("failed to read echo replies from reflector %s: %w", e.addr, err)
+	failed := make(chan error, 1)
+	turn := turns{interval: e.interval, early: e.pacer.early(e.interval)}
+	buf := make([]byte, 512)
+	return pace(ctx, e.pacer, e.interval, failed, func(time.Time) {
+		if err := e.poll(sock, &turn, rep, buf, sink); err != nil {
+			select {
+			case failed <- fmt.Errorf("failed to read echo replies from reflector %s: %w", e.addr, err):
+			default:
+			}
 		}
-	}
+	})
 }
 
-// send sends the next probe, after reporting what is known to make room.
-func (e *echoTarget) send(sock *probeSocket, dst net.Addr, rep *reporter, sink func(Result)) {
-	rep.report(sink, true)
+// poll reads the replies that came, sends a probe if one is due and
+// reports the fates known. It returns the socket's read error.
+func (e *echoTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf []byte, sink func(Result)) error {
+	now := e.now()
 	e.mu.Lock()
-	seq, req := e.prepare(e.now(), rand.Uint64())
-	e.mu.Unlock()
-	// The probe is in the window before it leaves: its answer may come
-	// back before WriteTo returns.
-	err := sock.writeTo(req, dst)
-	e.mu.Lock()
-	e.sent(seq, err)
+	// With no probe awaiting its answer there is nothing to read but
+	// strays, which can wait for the next one: a read is a system call.
+	var err error
+	if e.w.held() > 0 {
+		err = sock.read(buf, now, e.receive)
+	}
 	e.mu.Unlock()
 	if err != nil {
-		rep.wake()
+		return err
 	}
+	if turn.due(now) {
+		// What is known first, to make room.
+		rep.report(sink, true)
+		e.mu.Lock()
+		seq, req := e.prepare(e.now(), rand.Uint64())
+		e.mu.Unlock()
+		err := sock.write(req)
+		e.mu.Lock()
+		e.sent(seq, err)
+		e.mu.Unlock()
+	}
+	rep.report(sink, false)
+	return nil
 }
 
 // prepare records a probe sent at now with payload tag and returns its
@@ -244,32 +249,6 @@ func (e *echoTarget) sent(seq int, err error) {
 	if e.failing {
 		e.log.Info("echo requests are sent again")
 		e.failing = false
-	}
-}
-
-// read receives replies until conn is closed.
-func (e *echoTarget) read(conn net.PacketConn, rep *reporter) error {
-	buf := make([]byte, 512)
-	for {
-		n, from, err := conn.ReadFrom(buf)
-		arrival := e.now()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		var src netip.Addr
-		switch a := from.(type) {
-		case *net.IPAddr:
-			src, _ = netip.AddrFromSlice(a.IP)
-		case *net.UDPAddr:
-			src, _ = netip.AddrFromSlice(a.IP)
-		}
-		e.mu.Lock()
-		e.receive(buf[:n], src, arrival)
-		e.mu.Unlock()
-		rep.wake()
 	}
 }
 
@@ -321,15 +300,6 @@ func (e *echoTarget) parseReply(b []byte) (*icmp.Echo, bool) {
 		return nil, false
 	}
 	return echo, true
-}
-
-// echoDst is the address to send echo probes to addr to, on a raw socket
-// if privileged and a datagram socket if not.
-func echoDst(addr netip.Addr, privileged bool) net.Addr {
-	if !privileged {
-		return &net.UDPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
-	}
-	return &net.IPAddr{IP: addr.AsSlice(), Zone: addr.Zone()}
 }
 
 // listenEcho opens a socket for echo probes to addr in the network

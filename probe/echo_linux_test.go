@@ -317,7 +317,9 @@ func TestEchoDatagramSocket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := l.run(t, tg, 300*time.Millisecond, nil)
+			// Long enough for a first probe lost on a busy machine (see
+			// TestEchoAnswered).
+			got, err := l.run(t, tg, 1500*time.Millisecond, nil)
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("Run() = %v, want %q", err, tt.wantErr)

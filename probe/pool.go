@@ -348,7 +348,8 @@ type PoolStats struct {
 // Probes are staggered: reflector i of the N active ones is probed
 // i×interval/N after the first, so probes never leave in bursts and the
 // pool sends one probe every 1/Rate. A replacement takes the turn of the
-// reflector it replaces.
+// reflector it replaces. Paced targets (see Pacer) send at the Pace
+// nearest their turn.
 //
 // A Pool implements controller.Prober: SetIdle(true) stops all probes,
 // SetIdle(false) starts them again at once, staggered.
@@ -482,8 +483,9 @@ func (p *Pool) Config() PoolConfig {
 //
 // Samples are never waited for: when out is full, a sample is dropped and
 // counted (PoolStats.Dropped). A Target's answers must not wait on the
-// consumer, or the queued replies would be timestamped late and read as
-// bloat; a dropped sample is only a missing one. Give out room for a few
+// consumer: a paced Target (see Pacer) delivers them on the goroutine that
+// paces it, which is often the consumer's own; a dropped sample is only a
+// missing one. Give out room for a few
 // control ticks' worth (Rate × tick × 2 samples for timestamps). Nothing
 // is sent on out after Run returns, and out is not closed.
 //

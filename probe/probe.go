@@ -3,7 +3,8 @@
 // id, sequence and payload, and hands the delays on as estimator.Samples.
 // The Pool keeps a set of active reflectors, replaces the ones that fail,
 // stop answering or contradict themselves, and idles with the link; each
-// Target probes one reflector. Time comes from an injected Clock.
+// Target probes one reflector, polled by a Pacer from the loop that uses
+// its samples (see pace.go). Time comes from an injected Clock.
 package probe
 
 import (

@@ -1,10 +1,11 @@
 package probe
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
-	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,20 +46,40 @@ func listenDatagram(network, device string) (net.PacketConn, error) {
 	return net.FilePacketConn(f)
 }
 
-// boundDeviceGone reports whether the device that conn is bound to is gone.
-func boundDeviceGone(conn net.PacketConn) bool {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return false
+// deviceGone reports whether the device that socket fd is bound to is
+// gone.
+func deviceGone(fd int) bool {
+	_, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
+	return errors.Is(err, unix.ENODEV)
+}
+
+// stampReceives has the kernel stamp each packet that socket fd receives
+// with its arrival time (SO_TIMESTAMPNS).
+func stampReceives(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return os.NewSyscallError("setsockopt SO_TIMESTAMPNS", err)
 	}
-	rc, err := sc.SyscallConn()
+	return nil
+}
+
+// receiveStamp is the kernel's receive timestamp in a packet's control
+// messages, the zero Time if they have none.
+func receiveStamp(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return false
+		return time.Time{}
 	}
-	var gone bool
-	rc.Control(func(fd uintptr) {
-		_, err := unix.GetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
-		gone = errors.Is(err, unix.ENODEV)
-	})
-	return gone
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_TIMESTAMPNS {
+			continue
+		}
+		// struct timespec: two longs, of the platform's word size.
+		switch len(m.Data) {
+		case 16:
+			return time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
+		case 8:
+			return time.Unix(int64(int32(binary.NativeEndian.Uint32(m.Data))), int64(int32(binary.NativeEndian.Uint32(m.Data[4:]))))
+		}
+	}
+	return time.Time{}
 }

@@ -5,6 +5,7 @@ package probe
 import (
 	"errors"
 	"net"
+	"time"
 
 	"golang.org/x/net/icmp"
 )
@@ -28,5 +29,11 @@ func listenDatagram(network, device string) (net.PacketConn, error) {
 	return icmp.ListenPacket(network, laddr)
 }
 
-// boundDeviceGone is false: no socket is bound to a device.
-func boundDeviceGone(net.PacketConn) bool { return false }
+// deviceGone is false: no socket is bound to a device.
+func deviceGone(int) bool { return false }
+
+// stampReceives does nothing: packets are timed when they are read.
+func stampReceives(int) error { return nil }
+
+// receiveStamp is the zero Time: there are no kernel timestamps.
+func receiveStamp([]byte) time.Time { return time.Time{} }

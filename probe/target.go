@@ -84,6 +84,9 @@ type TargetOptions struct {
 	// routes say; "" leaves the sockets unbound. A link-local reflector
 	// needs no zone then; one with a zone must name this device.
 	Device string
+	// Pacer polls the targets (see Pacer); nil means that each target
+	// polls itself every 10 ms.
+	Pacer *Pacer
 }
 
 // NewTarget makes a Target for addr with the zero TargetOptions: echo
@@ -128,7 +131,7 @@ func NewTargetFactory(opts TargetOptions) TargetFactory {
 			if err != nil {
 				return nil, err
 			}
-			return newEchoTarget(addr, interval, deadline, privileged, opts.Device, log.With(zap.String("method", "echo"))), nil
+			return newEchoTarget(addr, interval, deadline, privileged, opts.Device, opts.Pacer, log.With(zap.String("method", "echo"))), nil
 		}
 		timestamp := func() (*timestampTarget, error) {
 			if !addr.Is4() {
@@ -137,7 +140,7 @@ func NewTargetFactory(opts TargetOptions) TargetFactory {
 			if err := canListen("ip4:icmp"); err != nil {
 				return nil, fmt.Errorf("reflector %s: icmp timestamps need a raw socket: %w", addr, err)
 			}
-			return newTimestampTarget(addr, interval, deadline, opts.Device, log.With(zap.String("method", "timestamp"))), nil
+			return newTimestampTarget(addr, interval, deadline, opts.Device, opts.Pacer, log.With(zap.String("method", "timestamp"))), nil
 		}
 		switch method {
 		case Echo:
@@ -488,44 +491,28 @@ func (w *window) reset() {
 	}
 }
 
-// A reporter passes the fates a window knows on to a sink, from the one
-// goroutine that calls sink, and wakes up at the next deadline. Targets
-// share it: the goroutines that send and receive change the window under mu
-// and call wake; Run's goroutine loops on wakeups and timer.
+// A reporter passes the fates a window knows on to a sink. Targets share
+// it: their polls change the window under mu and then report.
 type reporter struct {
-	mu     *sync.Mutex
-	w      *window
-	now    func() time.Time
-	wakeup chan struct{}
-	timer  *time.Timer
+	mu  *sync.Mutex
+	w   *window
+	now func() time.Time
 	// out is reused from one report to the next.
 	out []Result
 }
 
-// newReporter returns a reporter for w, guarded by mu, with its timer
-// stopped.
+// newReporter returns a reporter for w, guarded by mu.
 func newReporter(mu *sync.Mutex, w *window, now func() time.Time) *reporter {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &reporter{mu: mu, w: w, now: now, wakeup: make(chan struct{}, 1), timer: t}
+	return &reporter{mu: mu, w: w, now: now}
 }
 
-// wake asks the reporter's goroutine to report. It never blocks.
-func (r *reporter) wake() {
-	select {
-	case r.wakeup <- struct{}{}:
-	default:
-	}
-}
-
-// report expires the probes past their deadline, hands the known fates to
-// sink and sets the timer to the next deadline. With makeRoom, it also
-// frees the oldest slot if the window is still full. It must be called from
-// one goroutine only, without mu held.
+// report expires the probes past their deadline and hands the known fates
+// to sink. With makeRoom, it also frees the oldest slot if the window is
+// still full. It must be called from one goroutine at a time, without mu
+// held.
 func (r *reporter) report(sink func(Result), makeRoom bool) {
 	r.mu.Lock()
-	now := r.now()
-	due := r.w.expire(now)
+	r.w.expire(r.now())
 	if makeRoom && r.w.full() {
 		r.w.evictOldest()
 	}
@@ -533,8 +520,5 @@ func (r *reporter) report(sink func(Result), makeRoom bool) {
 	r.mu.Unlock()
 	for _, res := range r.out {
 		sink(res)
-	}
-	if !due.IsZero() {
-		r.timer.Reset(due.Sub(now))
 	}
 }

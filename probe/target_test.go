@@ -397,7 +397,7 @@ func TestEchoMatching(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(v.name+"/"+tt.name, func(t *testing.T) {
-				e := newEchoTarget(v.refl, 10*ms, 100*ms, tt.privileged, "", zap.NewNop())
+				e := newEchoTarget(v.refl, 10*ms, 100*ms, tt.privileged, "", nil, zap.NewNop())
 				e.id = 0xbeef
 				proto := 1
 				if v.refl.Is6() {

@@ -183,10 +183,10 @@ func consistent(up, down, rtt time.Duration) bool {
 // probe's originate timestamp.
 type timestampTarget struct {
 	addr     netip.Addr
-	dst      *net.IPAddr
 	interval time.Duration
 	// device is what the socket is bound to; "" for none.
 	device string
+	pacer  *Pacer // nil: the target paces itself
 	log    *zap.Logger
 	now    func() time.Time
 	// id is random, so that targets (and other programs) rarely share one;
@@ -200,7 +200,7 @@ type timestampTarget struct {
 	// failing is set while sends fail, to log an outage once.
 	failing bool
 
-	// req is the request being sent, reused by Run's goroutine.
+	// req is the request being sent, reused from poll to poll.
 	req []byte
 }
 
@@ -208,13 +208,14 @@ var _ Target = (*timestampTarget)(nil)
 
 // newTimestampTarget returns a target that probes addr, an IPv4 address,
 // with timestamps every interval, each answer awaited up to deadline,
-// through a socket bound to device unless it is empty.
-func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, device string, log *zap.Logger) *timestampTarget {
+// through a socket bound to device unless it is empty, polled by pacer (by
+// itself if nil).
+func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, device string, pacer *Pacer, log *zap.Logger) *timestampTarget {
 	return &timestampTarget{
 		addr:     addr,
-		dst:      &net.IPAddr{IP: addr.AsSlice()},
 		interval: interval,
 		device:   device,
+		pacer:    pacer,
 		log:      log,
 		now:      time.Now,
 		id:       uint16(rand.Uint32()),
@@ -232,7 +233,8 @@ func (t *timestampTarget) Stats() TargetStats {
 	return s
 }
 
-// Run probes until ctx ends. It opens its socket in the network namespace of
+// Run probes until ctx ends, polled by the target's Pacer (or every
+// selfPace without one). It opens its socket in the network namespace of
 // the calling thread and returns an error only when it cannot open it (a
 // device to bind to that is missing is waited for) or cannot read from
 // it; a send the kernel refuses makes a lost probe. When
@@ -254,55 +256,58 @@ func (t *timestampTarget) Run(ctx context.Context, sink func(Result)) error {
 	}()
 
 	rep := newReporter(&t.mu, t.w, t.now)
-	sock := newProbeSocket(t.device,
-		func() (net.PacketConn, error) { return listenTimestamp(t.id, t.device) },
-		func(conn net.PacketConn) error { return t.read(conn, rep) })
+	sock := newProbeSocket(t.device, t.addr, true,
+		func() (net.PacketConn, error) { return listenTimestamp(t.id, t.device) })
 	if err := sock.start(); err != nil && !sock.gone(err) {
 		return fmt.Errorf("failed to open icmp timestamp socket for reflector %s: %w", t.addr, err)
 	}
-	tick := time.NewTicker(t.interval)
 	defer func() {
-		tick.Stop()
-		rep.timer.Stop()
 		sock.stop()
 		// The fates known by now are reported; those of the probes still
 		// awaiting an answer never will be.
 		rep.report(sink, false)
 	}()
-
-	t.send(sock, rep, sink)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			t.send(sock, rep, sink)
-		case <-rep.wakeup:
-			rep.report(sink, false)
-		case <-rep.timer.C:
-			rep.report(sink, false)
-		case err := <-sock.done:
-			sock.readFailed()
-			return fmt.Errorf("failed to read icmp timestamp replies from reflector %s: %w", t.addr, err)
+	failed := make(chan error, 1)
+	turn := turns{interval: t.interval, early: t.pacer.early(t.interval)}
+	buf := make([]byte, 512)
+	return pace(ctx, t.pacer, t.interval, failed, func(time.Time) {
+		if err := t.poll(sock, &turn, rep, buf, sink); err != nil {
+			select {
+			case failed <- fmt.Errorf("failed to read icmp timestamp replies from reflector %s: %w", t.addr, err):
+			default:
+			}
 		}
-	}
+	})
 }
 
-// send sends the next probe, after reporting what is known to make room.
-func (t *timestampTarget) send(sock *probeSocket, rep *reporter, sink func(Result)) {
-	rep.report(sink, true)
+// poll reads the replies that came, sends a probe if one is due and
+// reports the fates known. It returns the socket's read error.
+func (t *timestampTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf []byte, sink func(Result)) error {
+	now := t.now()
 	t.mu.Lock()
-	seq, req := t.prepare(t.now())
-	t.mu.Unlock()
-	// The probe is in the window before it leaves: its answer may come
-	// back before WriteTo returns.
-	err := sock.writeTo(req, t.dst)
-	t.mu.Lock()
-	t.sent(seq, err)
+	// With no probe awaiting its answer there is nothing to read but
+	// strays, which can wait for the next one: a read is a system call.
+	var err error
+	if t.w.held() > 0 {
+		err = sock.read(buf, now, t.receive)
+	}
 	t.mu.Unlock()
 	if err != nil {
-		rep.wake()
+		return err
 	}
+	if turn.due(now) {
+		// What is known first, to make room.
+		rep.report(sink, true)
+		t.mu.Lock()
+		seq, req := t.prepare(t.now())
+		t.mu.Unlock()
+		err := sock.write(req)
+		t.mu.Lock()
+		t.sent(seq, err)
+		t.mu.Unlock()
+	}
+	rep.report(sink, false)
+	return nil
 }
 
 // prepare records a probe sent at now and returns its sequence number and
@@ -334,29 +339,6 @@ func (t *timestampTarget) sent(seq int, err error) {
 	if t.failing {
 		t.log.Info("icmp timestamp requests are sent again")
 		t.failing = false
-	}
-}
-
-// read receives replies until conn is closed.
-func (t *timestampTarget) read(conn net.PacketConn, rep *reporter) error {
-	buf := make([]byte, 512)
-	for {
-		n, from, err := conn.ReadFrom(buf)
-		arrival := t.now()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		var src netip.Addr
-		if ip, ok := from.(*net.IPAddr); ok {
-			src, _ = netip.AddrFromSlice(ip.IP)
-		}
-		t.mu.Lock()
-		t.receive(buf[:n], src.Unmap(), arrival)
-		t.mu.Unlock()
-		rep.wake()
 	}
 }
 

@@ -375,7 +375,7 @@ func TestTimestampMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tg := newTimestampTarget(refl, 10*ms, 100*ms, "", zap.NewNop())
+			tg := newTimestampTarget(refl, 10*ms, 100*ms, "", nil, zap.NewNop())
 			tg.id = 0xbeef
 			sent := make([]timestampMsg, tt.probes)
 			sentAt := make([]time.Time, tt.probes)
