@@ -46,6 +46,13 @@ var realKernelSuites = []struct {
 // everything must run. It needs root (to install the kernel when missing)
 // and AUTOSHAPE_UML=1, which CI sets; without it it skips, so that `go test
 // ./...` stays quick.
+//
+// A test that fails is run once more, alone, in a fresh boot of the
+// kernel. One that passes then is reported as flaky, with the output of
+// its failure, and does not fail this test: the guest has one CPU, which
+// a busy host slows, and the actuator suite failed there once in ten runs
+// without a name to show for it (2026-12-02). One that fails again fails
+// this test.
 func TestOnRealKernel(t *testing.T) {
 	if os.Getenv("AUTOSHAPE_UML") != "1" {
 		t.Skip("skipping: set AUTOSHAPE_UML=1 to run the root tests inside the User-mode Linux kernel (CI does)")
@@ -61,40 +68,41 @@ func TestOnRealKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	var script strings.Builder
+	bins := make([]string, len(realKernelSuites))
 	for i, s := range realKernelSuites {
-		bin := filepath.Join(dir, fmt.Sprintf("suite%d.test", i))
-		build := exec.Command("go", "test", "-c", "-o", bin, "./"+s.pkg)
+		bins[i] = filepath.Join(dir, fmt.Sprintf("suite%d.test", i))
+		build := exec.Command("go", "test", "-c", "-o", bins[i], "./"+s.pkg)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("go test -c ./%s: %v\n%s", s.pkg, err, out)
 		}
-		args := []string{bin, "-test.v", "-test.count=1", "-test.timeout=15m"}
-		if s.run != "" {
-			args = append(args, "-test.run", s.run)
-		}
-		if s.skip != "" {
-			args = append(args, "-test.skip", s.skip)
-		}
-		var q []string
-		for _, a := range args {
-			q = append(q, "'"+a+"'")
-		}
-		fmt.Fprintf(&script, "cd '%s' && %s > '%s/suite%d.log' 2>&1; echo $? > '%s/suite%d.rc'\n",
-			filepath.Join(root, s.pkg), strings.Join(q, " "), dir, i, dir, i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), uml.Timeout)
-	defer cancel()
-	start := time.Now()
-	var console strings.Builder
-	code, err := uml.Run(ctx, uml.Config{Modules: uml.LabModules, Mem: "1G", Dir: dir,
-		Env: []string{"AUTOSHAPE_REAL_KERNEL=1"}, Stderr: &console}, "sh", "-c", script.String())
-	if err != nil || code != 0 {
-		t.Fatalf("the suites inside the kernel: exit %d, %v; console:\n%s", code, err, console.String())
+	runs := make([]string, len(realKernelSuites))
+	for i, s := range realKernelSuites {
+		runs[i] = s.run
 	}
-	t.Logf("inside the kernel for %v", time.Since(start).Round(time.Second))
+	first := runSuites(t, root, dir, "first", bins, runs)
 
-	result := regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+	// The failed top-level tests, once more, alone.
+	again := make([]string, len(realKernelSuites))
+	var retry bool
+	for i, r := range first {
+		var names []string
+		for _, f := range r.failed {
+			if !strings.Contains(f, "/") {
+				names = append(names, regexp.QuoteMeta(f))
+			}
+		}
+		if r.rc == "0" || len(names) == 0 {
+			continue
+		}
+		again[i], retry = "^("+strings.Join(names, "|")+")$", true
+	}
+	var second []suiteResult
+	if retry {
+		second = runSuites(t, root, dir, "again", bins, again)
+	}
+
 	// The names of what failed come again last, with each one's first
 	// lines, since CI keeps only the end of a long output.
 	var summary []string
@@ -104,40 +112,100 @@ func TestOnRealKernel(t *testing.T) {
 		}
 	}()
 	for i, s := range realKernelSuites {
-		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("suite%d.log", i)))
+		r := first[i]
+		t.Logf("%s inside the kernel: %d passed, %d failed, %d skipped", s.pkg, r.counts["PASS"], r.counts["FAIL"], r.counts["SKIP"])
+		if r.rc != "0" || r.counts["FAIL"] > 0 {
+			detail := failures(r.log)
+			if detail == "" { // a panic or a timeout has no FAIL line of its own
+				detail = r.log
+			}
+			if again[i] != "" && second[i].rc == "0" && second[i].counts["FAIL"] == 0 && second[i].counts["PASS"] > 0 {
+				t.Logf("FLAKY inside the kernel: %s: %s failed, then passed when run again alone:\n%s",
+					s.pkg, strings.Join(r.failed, ", "), tail(detail, 6000))
+			} else {
+				t.Errorf("%s failed inside the kernel (exit %s):\n%s\n... the log's end:\n%s", s.pkg, r.rc, detail, tail(r.log, 6000))
+				summary = append(summary, fmt.Sprintf("%s (exit %s): %s\n%s", s.pkg, r.rc, strings.Join(r.failed, ", "), tail(detail, 1500)))
+				if again[i] != "" {
+					summary = append(summary, fmt.Sprintf("%s, run again alone (exit %s): %s\n%s", s.pkg, second[i].rc,
+						strings.Join(second[i].failed, ", "), tail(failures(second[i].log), 1500)))
+				}
+			}
+		}
+		if len(r.skipped) > 0 {
+			t.Errorf("%s: tests skipped inside the kernel, where everything must run: %s\n%s", s.pkg, strings.Join(r.skipped, ", "), skips(r.log))
+		}
+		if r.counts["PASS"] == 0 {
+			t.Errorf("%s: no test passed inside the kernel:\n%s", s.pkg, tail(r.log, 4000))
+		}
+	}
+}
+
+// A suiteResult is what one suite's test binary did inside the kernel.
+type suiteResult struct {
+	rc, log         string
+	counts          map[string]int
+	failed, skipped []string
+}
+
+// runSuites boots the kernel once and runs there bins[i] with -test.run
+// runs[i] (skipping the suites whose runs[i] is empty in a second pass,
+// name "again"), and returns what each did.
+func runSuites(t *testing.T, root, dir, name string, bins, runs []string) []suiteResult {
+	t.Helper()
+	var script strings.Builder
+	for i, s := range realKernelSuites {
+		if runs[i] == "" && name != "first" {
+			continue
+		}
+		args := []string{bins[i], "-test.v", "-test.count=1", "-test.timeout=15m"}
+		if runs[i] != "" {
+			args = append(args, "-test.run", runs[i])
+		}
+		if s.skip != "" {
+			args = append(args, "-test.skip", s.skip)
+		}
+		var q []string
+		for _, a := range args {
+			q = append(q, "'"+a+"'")
+		}
+		fmt.Fprintf(&script, "cd '%s' && %s > '%s/%s%d.log' 2>&1; echo $? > '%s/%s%d.rc'\n",
+			filepath.Join(root, s.pkg), strings.Join(q, " "), dir, name, i, dir, name, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), uml.Timeout)
+	defer cancel()
+	start := time.Now()
+	var console strings.Builder
+	code, err := uml.Run(ctx, uml.Config{Modules: uml.LabModules, Mem: "1G", Dir: dir,
+		Env: []string{"AUTOSHAPE_REAL_KERNEL=1"}, Stderr: &console}, "sh", "-c", script.String())
+	if err != nil || code != 0 {
+		t.Fatalf("the suites inside the kernel (%s): exit %d, %v; console:\n%s", name, code, err, console.String())
+	}
+	t.Logf("inside the kernel (%s) for %v", name, time.Since(start).Round(time.Second))
+
+	result := regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+	out := make([]suiteResult, len(realKernelSuites))
+	for i, s := range realKernelSuites {
+		if runs[i] == "" && name != "first" {
+			continue
+		}
+		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s%d.log", name, i)))
 		if err != nil {
 			t.Fatalf("%s: no log: %v", s.pkg, err)
 		}
-		rc, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("suite%d.rc", i)))
-		counts := map[string]int{}
-		var skipped, failed []string
-		for _, m := range result.FindAllStringSubmatch(string(log), -1) {
-			counts[m[1]]++
+		rc, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s%d.rc", name, i)))
+		r := suiteResult{rc: strings.TrimSpace(string(rc)), log: string(log), counts: map[string]int{}}
+		for _, m := range result.FindAllStringSubmatch(r.log, -1) {
+			r.counts[m[1]]++
 			switch m[1] {
 			case "SKIP":
-				skipped = append(skipped, m[2])
+				r.skipped = append(r.skipped, m[2])
 			case "FAIL":
-				failed = append(failed, m[2])
+				r.failed = append(r.failed, m[2])
 			}
 		}
-		t.Logf("%s inside the kernel: %d passed, %d failed, %d skipped", s.pkg, counts["PASS"], counts["FAIL"], counts["SKIP"])
-		if strings.TrimSpace(string(rc)) != "0" || counts["FAIL"] > 0 {
-			t.Errorf("%s failed inside the kernel (exit %s):\n%s\n... the log's end:\n%s", s.pkg, strings.TrimSpace(string(rc)),
-				failures(string(log)), tail(string(log), 6000))
-			detail := failures(string(log))
-			if detail == "" { // a panic or a timeout has no FAIL line of its own
-				detail = string(log)
-			}
-			summary = append(summary, fmt.Sprintf("%s (exit %s): %s\n%s", s.pkg, strings.TrimSpace(string(rc)),
-				strings.Join(failed, ", "), tail(detail, 1500)))
-		}
-		if len(skipped) > 0 {
-			t.Errorf("%s: tests skipped inside the kernel, where everything must run: %s\n%s", s.pkg, strings.Join(skipped, ", "), skips(string(log)))
-		}
-		if counts["PASS"] == 0 {
-			t.Errorf("%s: no test passed inside the kernel:\n%s", s.pkg, tail(string(log), 4000))
-		}
+		out[i] = r
 	}
+	return out
 }
 
 // failures is what the log holds for each failed test: the lines that
