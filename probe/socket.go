@@ -164,11 +164,13 @@ func (s *probeSocket) read(buf []byte, now time.Time, each func(b []byte, from n
 		return nil
 	}
 	for {
-		n, oobn, _, from, err := unix.Recvmsg(s.fd, buf, s.oob, 0)
+		// The syscall package's, not unix's: that one asks the socket
+		// for its protocol on every packet (a system call more).
+		n, oobn, _, from, err := syscall.Recvmsg(s.fd, buf, s.oob, 0)
 		switch {
-		case err == unix.EINTR:
+		case err == syscall.EINTR:
 			continue
-		case err == unix.EAGAIN:
+		case err == syscall.EAGAIN:
 			return nil
 		case err != nil:
 			return os.NewSyscallError("recvmsg", err)
@@ -218,11 +220,11 @@ func stripIPv4Header(b []byte) []byte {
 
 // sourceOf is the address of a socket address, the zero Addr for another
 // kind.
-func sourceOf(sa unix.Sockaddr) netip.Addr {
+func sourceOf(sa syscall.Sockaddr) netip.Addr {
 	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
+	case *syscall.SockaddrInet4:
 		return netip.AddrFrom4(a.Addr)
-	case *unix.SockaddrInet6:
+	case *syscall.SockaddrInet6:
 		return netip.AddrFrom16(a.Addr).Unmap()
 	}
 	return netip.Addr{}
