@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/autoshape/autoshape/estimator"
@@ -85,25 +84,12 @@ func echoPrivileged(addr netip.Addr, kind EchoSocket) (bool, error) {
 
 // An echoTarget probes one reflector with ICMP or ICMPv6 echo requests.
 type echoTarget struct {
-	addr       netip.Addr
-	interval   time.Duration
+	socketTarget
 	privileged bool
-	// device is what the socket is bound to; "" for none.
-	device string
-	pacer  *Pacer // nil: the target paces itself
-	log    *zap.Logger
-	now    func() time.Time
 	// id is the identifier of the requests: random on a raw socket; on a
 	// datagram socket the kernel replaces it with its own, and checks it
 	// on the replies itself.
 	id uint16
-
-	mu      sync.Mutex
-	w       *window
-	running bool
-	// failing is set while sends fail, to log an outage once.
-	failing bool
-
 	// req is the request being sent, reused from poll to poll.
 	req []byte
 }
@@ -116,102 +102,20 @@ var _ Target = (*echoTarget)(nil)
 // empty, polled by pacer (by itself if nil).
 func newEchoTarget(addr netip.Addr, interval, deadline time.Duration, privileged bool, device string, pacer *Pacer, log *zap.Logger) *echoTarget {
 	return &echoTarget{
-		addr:       addr,
-		interval:   interval,
-		privileged: privileged,
-		device:     device,
-		pacer:      pacer,
-		log:        log,
-		now:        time.Now,
-		id:         uint16(rand.Uint32()),
-		w:          newWindow(addr, interval, deadline),
+		socketTarget: newSocketTarget("echo", addr, interval, deadline, device, pacer, log),
+		privileged:   privileged,
+		id:           uint16(rand.Uint32()),
 	}
 }
 
 // Stats returns the target's counters.
-func (e *echoTarget) Stats() TargetStats {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := e.w.stats
-	s.Method = Echo
-	return s
-}
+func (e *echoTarget) Stats() TargetStats { return e.stats(Echo) }
 
-// Run probes until ctx ends, polled by the target's Pacer (or every
-// selfPace without one). It opens its socket in the network namespace
-// of the calling thread and returns an error only when it cannot open it
-// (a device to bind to that is missing is waited for) or cannot read from
-// it; a send the kernel refuses makes a lost probe.
-// When ctx ends, it reports the fates known then; probes still awaiting an
-// answer get no Result.
+// Run probes until ctx ends (see socketTarget.run).
 func (e *echoTarget) Run(ctx context.Context, sink func(Result)) error {
-	e.mu.Lock()
-	if e.running {
-		e.mu.Unlock()
-		return fmt.Errorf("echo target for reflector %s is already running", e.addr)
-	}
-	e.running = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.w.reset()
-		e.running = false
-		e.mu.Unlock()
-	}()
-
-	rep := newReporter(&e.mu, e.w, e.now)
 	sock := newProbeSocket(e.device, e.addr, e.privileged && e.addr.Is4(),
 		func() (net.PacketConn, error) { return listenEcho(e.addr, e.privileged, e.id, e.device) })
-	if err := sock.start(); err != nil && !sock.gone(err) {
-		return fmt.Errorf("failed to open echo socket for reflector %s: %w", e.addr, err)
-	}
-	defer func() {
-		sock.stop()
-		// The fates known by now are reported; those of the probes still
-		// awaiting an answer never will be.
-		rep.report(sink, false)
-	}()
-	failed := make(chan error, 1)
-	turn := turns{interval: e.interval, early: e.pacer.early(e.interval)}
-	buf := make([]byte, 512)
-	return pace(ctx, e.pacer, e.interval, failed, func(time.Time) {
-		if err := e.poll(sock, &turn, rep, buf, sink); err != nil {
-			select {
-			case failed <- fmt.Errorf("failed to read echo replies from reflector %s: %w", e.addr, err):
-			default:
-			}
-		}
-	})
-}
-
-// poll reads the replies that came, sends a probe if one is due and
-// reports the fates known. It returns the socket's read error.
-func (e *echoTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf []byte, sink func(Result)) error {
-	now := e.now()
-	e.mu.Lock()
-	// With no probe awaiting its answer there is nothing to read but
-	// strays, which can wait for the next one: a read is a system call.
-	var err error
-	if e.w.held() > 0 {
-		err = sock.read(buf, now, e.receive)
-	}
-	e.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if turn.due(now) {
-		// What is known first, to make room.
-		rep.report(sink, true)
-		e.mu.Lock()
-		seq, req := e.prepare(e.now(), rand.Uint64())
-		e.mu.Unlock()
-		err := sock.write(req)
-		e.mu.Lock()
-		e.sent(seq, err)
-		e.mu.Unlock()
-	}
-	rep.report(sink, false)
-	return nil
+	return e.run(ctx, sink, sock, func(now time.Time) (int, []byte) { return e.prepare(now, rand.Uint64()) }, e.receive)
 }
 
 // prepare records a probe sent at now with payload tag and returns its
@@ -232,24 +136,6 @@ func (e *echoTarget) prepare(now time.Time, tag uint64) (int, []byte) {
 	}
 	e.req = b
 	return seq, b
-}
-
-// sent notes how the send of probe seq went; e.mu is held.
-func (e *echoTarget) sent(seq int, err error) {
-	if err != nil {
-		if p := e.w.lookup(seq); p != nil && p.state == awaiting {
-			e.w.unsent(p)
-		}
-		if !e.failing {
-			e.log.Warn("failed to send echo request; probes count as lost until sends work", zap.Error(err))
-		}
-		e.failing = true
-		return
-	}
-	if e.failing {
-		e.log.Info("echo requests are sent again")
-		e.failing = false
-	}
 }
 
 // receive matches a reply b from from that arrived at arrival with the

@@ -491,6 +491,143 @@ func (w *window) reset() {
 	}
 }
 
+// A socketTarget is what the echo and timestamp targets share: the
+// reflector, the window of its probes, the socket's life and the polls.
+// The kind adds its requests and the matching of their replies.
+type socketTarget struct {
+	addr     netip.Addr
+	interval time.Duration
+	// device is what the socket is bound to; "" for none.
+	device string
+	pacer  *Pacer // nil: the target paces itself
+	log    *zap.Logger
+	now    func() time.Time
+	// what names the requests in errors and logs.
+	what string
+
+	mu      sync.Mutex
+	w       *window
+	running bool
+	// failing is set while sends fail, to log an outage once.
+	failing bool
+}
+
+// newSocketTarget returns the shared part of a target that sends what
+// requests to addr every interval, each answer awaited up to deadline,
+// through a socket bound to device unless it is empty, polled by pacer (by
+// itself if nil).
+func newSocketTarget(what string, addr netip.Addr, interval, deadline time.Duration, device string, pacer *Pacer, log *zap.Logger) socketTarget {
+	return socketTarget{addr: addr, interval: interval, device: device, pacer: pacer, log: log,
+		now: time.Now, what: what, w: newWindow(addr, interval, deadline)}
+}
+
+// stats returns the target's counters, for method.
+func (s *socketTarget) stats(method Method) TargetStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.w.stats
+	st.Method = method
+	return st
+}
+
+// run probes until ctx ends, polled by the target's Pacer (or every
+// selfPace without one), through sock. prepare records a probe sent at
+// now in the window and returns its sequence number and request; receive
+// matches a reply b from from that arrived at arrival with the probes
+// remembered; both run with mu held. run opens the socket in the network
+// namespace of the calling thread and returns an error only when it
+// cannot open it (a device to bind to that is missing is waited for) or
+// cannot read from it; a send the kernel refuses makes a lost probe. When
+// ctx ends, it reports the fates known then; probes still awaiting an
+// answer get no Result.
+func (s *socketTarget) run(ctx context.Context, sink func(Result), sock *probeSocket,
+	prepare func(now time.Time) (int, []byte), receive func(b []byte, from netip.Addr, arrival time.Time)) error {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return fmt.Errorf("%s target for reflector %s is already running", s.what, s.addr)
+	}
+	s.running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.w.reset()
+		s.running = false
+		s.mu.Unlock()
+	}()
+
+	rep := newReporter(&s.mu, s.w, s.now)
+	if err := sock.start(); err != nil && !sock.gone(err) {
+		return fmt.Errorf("failed to open %s socket for reflector %s: %w", s.what, s.addr, err)
+	}
+	defer func() {
+		sock.stop()
+		// The fates known by now are reported; those of the probes still
+		// awaiting an answer never will be.
+		rep.report(sink, false)
+	}()
+	failed := make(chan error, 1)
+	turn := turns{interval: s.interval, early: s.pacer.early(s.interval)}
+	buf := make([]byte, 512)
+	return pace(ctx, s.pacer, s.interval, failed, func(time.Time) {
+		if err := s.poll(sock, &turn, rep, buf, sink, prepare, receive); err != nil {
+			select {
+			case failed <- fmt.Errorf("failed to read %s replies from reflector %s: %w", s.what, s.addr, err):
+			default:
+			}
+		}
+	})
+}
+
+// poll reads the replies that came, sends a probe if one is due and
+// reports the fates known. It returns the socket's read error.
+func (s *socketTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf []byte, sink func(Result),
+	prepare func(now time.Time) (int, []byte), receive func(b []byte, from netip.Addr, arrival time.Time)) error {
+	now := s.now()
+	s.mu.Lock()
+	// With no probe awaiting its answer there is nothing to read but
+	// strays, which can wait for the next one: a read is a system call.
+	var err error
+	if s.w.held() > 0 {
+		err = sock.read(buf, now, receive)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if turn.due(now) {
+		// What is known first, to make room.
+		rep.report(sink, true)
+		s.mu.Lock()
+		seq, req := prepare(s.now())
+		s.mu.Unlock()
+		err := sock.write(req)
+		s.mu.Lock()
+		s.sent(seq, err)
+		s.mu.Unlock()
+	}
+	rep.report(sink, false)
+	return nil
+}
+
+// sent notes how the send of probe seq went; mu is held.
+func (s *socketTarget) sent(seq int, err error) {
+	if err != nil {
+		if p := s.w.lookup(seq); p != nil && p.state == awaiting {
+			s.w.unsent(p)
+		}
+		if !s.failing {
+			s.log.Warn("failed to send "+s.what+" request; probes count as lost until sends work", zap.Error(err))
+		}
+		s.failing = true
+		return
+	}
+	if s.failing {
+		s.log.Info(s.what + " requests are sent again")
+		s.failing = false
+	}
+}
+
 // A reporter passes the fates a window knows on to a sink. Targets share
 // it: their polls change the window under mu and then report.
 type reporter struct {

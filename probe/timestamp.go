@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/autoshape/autoshape/estimator"
@@ -182,24 +181,11 @@ func consistent(up, down, rtt time.Duration) bool {
 // target's identifier, the sequence number of a probe remembered and that
 // probe's originate timestamp.
 type timestampTarget struct {
-	addr     netip.Addr
-	interval time.Duration
-	// device is what the socket is bound to; "" for none.
-	device string
-	pacer  *Pacer // nil: the target paces itself
-	log    *zap.Logger
-	now    func() time.Time
+	socketTarget
 	// id is random, so that targets (and other programs) rarely share one;
 	// when they do, the source address and the originate timestamp still
 	// tell the replies apart.
 	id uint16
-
-	mu      sync.Mutex
-	w       *window
-	running bool
-	// failing is set while sends fail, to log an outage once.
-	failing bool
-
 	// req is the request being sent, reused from poll to poll.
 	req []byte
 }
@@ -212,102 +198,20 @@ var _ Target = (*timestampTarget)(nil)
 // itself if nil).
 func newTimestampTarget(addr netip.Addr, interval, deadline time.Duration, device string, pacer *Pacer, log *zap.Logger) *timestampTarget {
 	return &timestampTarget{
-		addr:     addr,
-		interval: interval,
-		device:   device,
-		pacer:    pacer,
-		log:      log,
-		now:      time.Now,
-		id:       uint16(rand.Uint32()),
-		w:        newWindow(addr, interval, deadline),
-		req:      make([]byte, 0, timestampLen),
+		socketTarget: newSocketTarget("icmp timestamp", addr, interval, deadline, device, pacer, log),
+		id:           uint16(rand.Uint32()),
+		req:          make([]byte, 0, timestampLen),
 	}
 }
 
 // Stats returns the target's counters.
-func (t *timestampTarget) Stats() TargetStats {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.w.stats
-	s.Method = Timestamp
-	return s
-}
+func (t *timestampTarget) Stats() TargetStats { return t.stats(Timestamp) }
 
-// Run probes until ctx ends, polled by the target's Pacer (or every
-// selfPace without one). It opens its socket in the network namespace of
-// the calling thread and returns an error only when it cannot open it (a
-// device to bind to that is missing is waited for) or cannot read from
-// it; a send the kernel refuses makes a lost probe. When
-// ctx ends, it reports the fates known then; probes still awaiting an
-// answer get no Result.
+// Run probes until ctx ends (see socketTarget.run).
 func (t *timestampTarget) Run(ctx context.Context, sink func(Result)) error {
-	t.mu.Lock()
-	if t.running {
-		t.mu.Unlock()
-		return fmt.Errorf("timestamp target for reflector %s is already running", t.addr)
-	}
-	t.running = true
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		t.w.reset()
-		t.running = false
-		t.mu.Unlock()
-	}()
-
-	rep := newReporter(&t.mu, t.w, t.now)
 	sock := newProbeSocket(t.device, t.addr, true,
 		func() (net.PacketConn, error) { return listenTimestamp(t.id, t.device) })
-	if err := sock.start(); err != nil && !sock.gone(err) {
-		return fmt.Errorf("failed to open icmp timestamp socket for reflector %s: %w", t.addr, err)
-	}
-	defer func() {
-		sock.stop()
-		// The fates known by now are reported; those of the probes still
-		// awaiting an answer never will be.
-		rep.report(sink, false)
-	}()
-	failed := make(chan error, 1)
-	turn := turns{interval: t.interval, early: t.pacer.early(t.interval)}
-	buf := make([]byte, 512)
-	return pace(ctx, t.pacer, t.interval, failed, func(time.Time) {
-		if err := t.poll(sock, &turn, rep, buf, sink); err != nil {
-			select {
-			case failed <- fmt.Errorf("failed to read icmp timestamp replies from reflector %s: %w", t.addr, err):
-			default:
-			}
-		}
-	})
-}
-
-// poll reads the replies that came, sends a probe if one is due and
-// reports the fates known. It returns the socket's read error.
-func (t *timestampTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf []byte, sink func(Result)) error {
-	now := t.now()
-	t.mu.Lock()
-	// With no probe awaiting its answer there is nothing to read but
-	// strays, which can wait for the next one: a read is a system call.
-	var err error
-	if t.w.held() > 0 {
-		err = sock.read(buf, now, t.receive)
-	}
-	t.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if turn.due(now) {
-		// What is known first, to make room.
-		rep.report(sink, true)
-		t.mu.Lock()
-		seq, req := t.prepare(t.now())
-		t.mu.Unlock()
-		err := sock.write(req)
-		t.mu.Lock()
-		t.sent(seq, err)
-		t.mu.Unlock()
-	}
-	rep.report(sink, false)
-	return nil
+	return t.run(ctx, sink, sock, t.prepare, t.receive)
 }
 
 // prepare records a probe sent at now and returns its sequence number and
@@ -322,24 +226,6 @@ func (t *timestampTarget) prepare(now time.Time) (int, []byte) {
 		Originate: orig,
 	})
 	return seq, t.req
-}
-
-// sent notes how the send of probe seq went; t.mu is held.
-func (t *timestampTarget) sent(seq int, err error) {
-	if err != nil {
-		if p := t.w.lookup(seq); p != nil && p.state == awaiting {
-			t.w.unsent(p)
-		}
-		if !t.failing {
-			t.log.Warn("failed to send icmp timestamp request; probes count as lost until sends work", zap.Error(err))
-		}
-		t.failing = true
-		return
-	}
-	if t.failing {
-		t.log.Info("icmp timestamp requests are sent again")
-		t.failing = false
-	}
 }
 
 // receive matches a reply b from from that arrived at arrival with the

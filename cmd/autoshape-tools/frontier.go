@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -158,14 +156,7 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *asJSON {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-		_, err := stdout.Write(buf.Bytes())
-		return err
+		return writeJSON(stdout, rep)
 	}
 	return printFrontier(stdout, rep)
 }

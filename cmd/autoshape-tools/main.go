@@ -4,6 +4,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -58,4 +60,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 // parseFlags parses a command's flags (see cli.ParseFlags).
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	return cli.ParseFlags("autoshape-tools", fs, args)
+}
+
+// writeJSON writes v to w as indented JSON, all or nothing: it is encoded
+// before anything is written.
+func writeJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -201,14 +199,7 @@ func simulate(args []string, stdout, stderr io.Writer) error {
 	}
 	rep.DurationS = effectiveDuration(cfg).Seconds()
 	if *asJSON {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-		_, err := stdout.Write(buf.Bytes())
-		return err
+		return writeJSON(stdout, rep)
 	}
 	return printTable(stdout, rep)
 }
