@@ -280,7 +280,7 @@ func (l *linkLoop) run(ctx context.Context) error {
 			l.ctrl.AddSample(s)
 		case now := <-tick:
 			// The answers that came since the last tick, first.
-			l.pacer.Pace(now)
+			l.pacer.Pace()
 			takeSamples(samples, l.ctrl.AddSample)
 			// Every second or so, on a tick, the shaping is compared with
 			// what the kernel holds: what someone deleted of autoshape's

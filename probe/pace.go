@@ -27,28 +27,28 @@ type Pacer struct {
 	every time.Duration
 
 	mu    sync.Mutex
-	polls map[*func(now time.Time)]struct{}
+	polls map[*func()]struct{}
 }
 
 // NewPacer returns a Pacer that the caller will pace every every.
 func NewPacer(every time.Duration) *Pacer {
-	return &Pacer{every: every, polls: map[*func(time.Time)]struct{}{}}
+	return &Pacer{every: every, polls: map[*func()]struct{}{}}
 }
 
 // Pace runs the polls of the targets running now, in no particular order,
-// on the calling goroutine, and returns when they are done. now is the
-// time of the Pace; each target reads its own clock.
-func (p *Pacer) Pace(now time.Time) {
+// on the calling goroutine, and returns when they are done. Each target
+// reads its own clock.
+func (p *Pacer) Pace() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for f := range p.polls {
-		(*f)(now)
+		(*f)()
 	}
 }
 
 // add makes poll run at each Pace until the returned function is called,
 // which returns once no Pace runs poll any more.
-func (p *Pacer) add(poll func(now time.Time)) (remove func()) {
+func (p *Pacer) add(poll func()) (remove func()) {
 	f := &poll
 	p.mu.Lock()
 	p.polls[f] = struct{}{}
@@ -72,7 +72,7 @@ func (p *Pacer) early(interval time.Duration) time.Duration {
 // pace runs poll at each of pacer's Paces, or without one every selfPace
 // or interval, whichever is shorter, until ctx ends or failed delivers an
 // error, which it returns.
-func pace(ctx context.Context, pacer *Pacer, interval time.Duration, failed <-chan error, poll func(now time.Time)) error {
+func pace(ctx context.Context, pacer *Pacer, interval time.Duration, failed <-chan error, poll func()) error {
 	if pacer != nil {
 		remove := pacer.add(poll)
 		defer remove()
@@ -91,8 +91,8 @@ func pace(ctx context.Context, pacer *Pacer, interval time.Duration, failed <-ch
 			return nil
 		case err := <-failed:
 			return err
-		case now := <-tick.C:
-			poll(now)
+		case <-tick.C:
+			poll()
 		}
 	}
 }

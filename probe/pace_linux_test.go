@@ -33,7 +33,7 @@ func TestPacedTarget(t *testing.T) {
 					return
 				}
 				paces++
-				pacer.Pace(time.Now())
+				pacer.Pace()
 			})
 			if err != nil {
 				t.Fatalf("Run() = %v", err)

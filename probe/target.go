@@ -432,9 +432,8 @@ func (w *window) addSample(p *probe, kind estimator.Kind, delay time.Duration) {
 }
 
 // expire marks the probes that have waited past their deadline at now as
-// lost, and returns when the next awaiting probe's deadline falls (zero if
-// none awaits).
-func (w *window) expire(now time.Time) time.Time {
+// lost.
+func (w *window) expire(now time.Time) {
 	for seq := w.first; seq < w.next; seq++ {
 		p := w.lookup(seq)
 		if p.state != awaiting {
@@ -443,11 +442,10 @@ func (w *window) expire(now time.Time) time.Time {
 		due := p.sent.Add(w.deadline)
 		if due.After(now) {
 			// Deadlines fall in send order: the later probes are not due.
-			return due
+			return
 		}
 		w.lose(p)
 	}
-	return time.Time{}
 }
 
 // evictOldest marks the oldest probe not reported, if it still awaits, as
@@ -569,7 +567,7 @@ func (s *socketTarget) run(ctx context.Context, sink func(Result), sock *probeSo
 	failed := make(chan error, 1)
 	turn := turns{interval: s.interval, early: s.pacer.early(s.interval)}
 	buf := make([]byte, 512)
-	return pace(ctx, s.pacer, s.interval, failed, func(time.Time) {
+	return pace(ctx, s.pacer, s.interval, failed, func() {
 		if err := s.poll(sock, &turn, rep, buf, sink, prepare, receive); err != nil {
 			select {
 			case failed <- fmt.Errorf("failed to read %s replies from reflector %s: %w", s.what, s.addr, err):
