@@ -81,7 +81,7 @@ func TestOnRealKernel(t *testing.T) {
 	for i, s := range realKernelSuites {
 		runs[i] = s.run
 	}
-	first := runSuites(t, root, dir, "first", bins, runs)
+	first := runSuites(t, root, dir, "first", false, bins, runs)
 
 	// The failed top-level tests, once more, alone.
 	again := make([]string, len(realKernelSuites))
@@ -100,7 +100,7 @@ func TestOnRealKernel(t *testing.T) {
 	}
 	var second []suiteResult
 	if retry {
-		second = runSuites(t, root, dir, "again", bins, again)
+		second = runSuites(t, root, dir, "again", true, bins, again)
 	}
 
 	// The names of what failed come again last, with each one's first
@@ -148,13 +148,13 @@ type suiteResult struct {
 }
 
 // runSuites boots the kernel once and runs there bins[i] with -test.run
-// runs[i] (skipping the suites whose runs[i] is empty in a second pass,
-// name "again"), and returns what each did.
-func runSuites(t *testing.T, root, dir, name string, bins, runs []string) []suiteResult {
+// runs[i] (all its tests where runs[i] is empty, or, with named, none), and
+// returns what each did; name tells the boots' logs apart.
+func runSuites(t *testing.T, root, dir, name string, named bool, bins, runs []string) []suiteResult {
 	t.Helper()
 	var script strings.Builder
 	for i, s := range realKernelSuites {
-		if runs[i] == "" && name != "first" {
+		if named && runs[i] == "" {
 			continue
 		}
 		args := []string{bins[i], "-test.v", "-test.count=1", "-test.timeout=15m"}
@@ -185,7 +185,7 @@ func runSuites(t *testing.T, root, dir, name string, bins, runs []string) []suit
 	result := regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
 	out := make([]suiteResult, len(realKernelSuites))
 	for i, s := range realKernelSuites {
-		if runs[i] == "" && name != "first" {
+		if named && runs[i] == "" {
 			continue
 		}
 		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s%d.log", name, i)))
