@@ -105,10 +105,12 @@ type backend interface {
 	updateOwn(ifindex uint32, bps uint64) (bool, error)
 	// Rate reads the rate the kernel holds, in bit/s.
 	Rate(ifindex uint32) (uint64, error)
-	// SetRate changes only the rate and disturbs no other setting. It
-	// checks first that the root is the backend's qdisc, and changes
-	// nothing when it is not.
-	SetRate(ifindex uint32, bps uint64) error
+	// SetRate changes only the rate and disturbs no other setting, and
+	// returns the rate the kernel held (bit/s) and whether it wrote: it
+	// writes nothing when the kernel holds bps already (within a byte/s)
+	// and the qdisc does not set its own rate. It checks first that the
+	// root is the backend's qdisc, and changes nothing when it is not.
+	SetRate(ifindex uint32, bps uint64) (from uint64, wrote bool, err error)
 	// Stats reads the shaper's counters.
 	Stats(ifindex uint32) (Stats, error)
 	// Remove deletes the backend's root qdisc and everything under it; it

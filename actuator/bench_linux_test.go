@@ -28,7 +28,7 @@ func BenchmarkHTBSetRate(b *testing.B) {
 	rates := [2]uint64{10_000_000, 20_000_000}
 	i := 0
 	for b.Loop() {
-		if err := h.SetRate(ifindex, rates[i%2]); err != nil {
+		if _, _, err := h.SetRate(ifindex, rates[i%2]); err != nil {
 			b.Fatalf("SetRate: %v", err)
 		}
 		i++
@@ -40,7 +40,7 @@ func BenchmarkHTBSetRate(b *testing.B) {
 func BenchmarkHTBSetRateSame(b *testing.B) {
 	h, ifindex := newBenchHTB(b)
 	for b.Loop() {
-		if err := h.SetRate(ifindex, 20_000_000); err != nil {
+		if _, _, err := h.SetRate(ifindex, 20_000_000); err != nil {
 			b.Fatalf("SetRate: %v", err)
 		}
 	}

@@ -318,26 +318,6 @@ func (c *cake) root(ifindex uint32) (tc.Object, error) {
 	return tc.Object{}, fmt.Errorf("no root qdisc: %w", ErrNoQdisc)
 }
 
-// A selfRater is a backend whose qdisc can set its own rate.
-type selfRater interface {
-	// SelfRated reports whether ifindex's qdisc sets its own rate now.
-	SelfRated(ifindex uint32) (bool, error)
-}
-
-var _ selfRater = (*cake)(nil)
-
-// SelfRated reports whether ifindex's root cake qdisc runs
-// autorate-ingress, under which it sets its own rate.
-func (c *cake) SelfRated(ifindex uint32) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, err := c.root(ifindex)
-	if err != nil {
-		return false, err
-	}
-	return o.Cake != nil && o.Cake.Autorate != nil && *o.Cake.Autorate != 0, nil
-}
-
 // Rate reads the rate of ifindex's root cake qdisc in bit/s (a multiple of
 // 8: the kernel holds bytes/s).
 func (c *cake) Rate(ifindex uint32) (uint64, error) {
@@ -354,34 +334,53 @@ func (c *cake) Rate(ifindex uint32) (uint64, error) {
 }
 
 // SetRate changes only the rate of the backend's root cake qdisc on
-// ifindex, to bps bit/s rounded down to whole bytes/s. An interface whose
-// root is another qdisc gives an error wrapping ErrNoQdisc, and the root is
-// left as it is.
-func (c *cake) SetRate(ifindex uint32, bps uint64) error {
+// ifindex, to bps bit/s rounded down to whole bytes/s, and returns the rate
+// it held. It reads the root with one request for it alone, and writes
+// nothing when the root holds the rate already, unless CAKE sets its own
+// (autorate-ingress): then the write takes the rate over. An interface
+// whose root is another qdisc gives an error wrapping ErrNoQdisc, and the
+// root is left as it is.
+func (c *cake) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	obj, err := cakeRateChange(ifindex, c.handle, bps)
 	if err != nil {
-		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+		return 0, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
 	}
-	// The kernel checks the handle too, but reading first gives the error
-	// that names the root in the way.
-	if _, err := c.root(ifindex); err != nil {
-		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	q, err := c.conn.getRoot(ifindex, c.handle, "cake")
+	if errors.Is(err, ErrNoQdisc) {
+		// The kernel says only that the root is not autoshape's: the
+		// listing names the one in the way.
+		if _, rerr := c.root(ifindex); rerr != nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	}
+	held, err := decodeCakeSettings(q.Options)
+	if err != nil {
+		return 0, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	}
+	from := cakeBits(held.BaseRate)
+	// The kernel holds whole bytes per second: a rate within a byte/s of
+	// the held one is the held one.
+	if from+8 > bps && bps+8 > from && !held.Autorate {
+		return from, false, nil
 	}
 	err = c.conn.Qdisc().Change(obj)
 	switch {
 	case err == nil:
-		return nil
+		return from, true, nil
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL), errors.Is(err, unix.EEXIST):
 		// The root changed since it was read. ENOENT: it is the default
 		// qdisc now; EINVAL: another kind with the same handle; EEXIST:
 		// another handle (the rate itself is never invalid).
-		return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w: %w", ifindex, ErrNoQdisc, err)
+		return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w: %w", ifindex, ErrNoQdisc, err)
 	case errors.Is(err, unix.EPERM):
-		return fmt.Errorf("failed to change CAKE rate on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
+		return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
 	}
-	return fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+	return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
 }
 
 // Stats reads the counters of ifindex's root cake qdisc, with one request
@@ -406,14 +405,14 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
 	}
-	autorate, err := decodeCakeAutorate(q.Options)
+	settings, err := decodeCakeSettings(q.Options)
 	if err != nil {
 		return Stats{}, fmt.Errorf("failed to read CAKE statistics on ifindex %d: %w", ifindex, err)
 	}
 	st := *q.Counters
 	st.WireBytes = c.framing.WireTotal(st.Bytes, st.Packets)
 	st.CapacityEstimate = cs.CapacityEstimate
-	st.AutorateIngress = autorate
+	st.AutorateIngress = settings.Autorate
 	st.Tins = cs.Tins
 	return st, nil
 }

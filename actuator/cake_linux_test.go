@@ -83,7 +83,7 @@ func TestCakeWithoutCakeRoot(t *testing.T) {
 		if _, err := c.Rate(lo); !errors.Is(err, ErrNoQdisc) || !strings.Contains(err.Error(), root) {
 			t.Errorf("Rate: %v, want ErrNoQdisc naming %s", err, root)
 		}
-		err := c.SetRate(lo, 10_000_000)
+		_, _, err := c.SetRate(lo, 10_000_000)
 		t.Logf("SetRate: %v", err)
 		if !errors.Is(err, ErrNoQdisc) {
 			t.Errorf("SetRate: %v, want ErrNoQdisc", err)
@@ -225,7 +225,7 @@ func TestCakeOnKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := c.SetRate(lo, 10_000_000); err != nil {
+	if _, _, err := c.SetRate(lo, 10_000_000); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := c.Rate(lo); err != nil || got != 10_000_000 {
@@ -454,7 +454,7 @@ func TestCakeRateChangeTakesOverAutorate(t *testing.T) {
 		t.Fatalf("the kernel holds no autorate-ingress:\n%s", out)
 	}
 
-	if err := c.SetRate(l.ifindex, 10_000_000); err != nil {
+	if _, _, err := c.SetRate(l.ifindex, 10_000_000); err != nil {
 		t.Fatal(err)
 	}
 	dst := l.peer.IP() + ":9"

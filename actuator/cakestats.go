@@ -24,8 +24,11 @@ const (
 // (a u64 and seven u32).
 const tcStatsLen = 36
 
-// cakeAutorate is TCA_CAKE_AUTORATE among a cake qdisc's options.
-const cakeAutorate = 9
+// TCA_CAKE_BASE_RATE64 and TCA_CAKE_AUTORATE among a cake qdisc's options.
+const (
+	cakeBaseRate64 = 2
+	cakeAutorate   = 9
+)
 
 // tcmsgLen is the size of struct tcmsg, which heads every RTM_*QDISC message.
 const tcmsgLen = 20
@@ -291,21 +294,34 @@ func decodeQdiscMessage(b []byte) (qdiscMessage, error) {
 	return q, nil
 }
 
-// decodeCakeAutorate reports whether a cake qdisc's options (the payload of
-// TCA_OPTIONS) have autorate-ingress on.
-func decodeCakeAutorate(options []byte) (bool, error) {
+// cakeSettings are the settings of a cake qdisc that its rate changes
+// depend on.
+type cakeSettings struct {
+	// BaseRate is the rate the kernel holds, in bytes/s (0: unlimited or
+	// absent).
+	BaseRate uint64
+	// Autorate is autorate-ingress: CAKE sets its own rate.
+	Autorate bool
+}
+
+// decodeCakeSettings decodes a cake qdisc's options (the payload of
+// TCA_OPTIONS): its rate and autorate-ingress.
+func decodeCakeSettings(options []byte) (cakeSettings, error) {
+	var cs cakeSettings
 	ad, err := netlink.NewAttributeDecoder(options)
 	if err != nil {
-		return false, fmt.Errorf("invalid CAKE options: %w", err)
+		return cs, fmt.Errorf("invalid CAKE options: %w", err)
 	}
-	on := false
 	for ad.Next() {
-		if ad.Type() == cakeAutorate {
-			on = ad.Uint32() != 0
+		switch ad.Type() {
+		case cakeBaseRate64:
+			cs.BaseRate = ad.Uint64()
+		case cakeAutorate:
+			cs.Autorate = ad.Uint32() != 0
 		}
 	}
 	if err := ad.Err(); err != nil {
-		return false, fmt.Errorf("invalid CAKE options: %w", err)
+		return cakeSettings{}, fmt.Errorf("invalid CAKE options: %w", err)
 	}
-	return on, nil
+	return cs, nil
 }

@@ -406,10 +406,10 @@ func TestDecodeQdiscMessage(t *testing.T) {
 	})
 }
 
-func TestDecodeCakeAutorate(t *testing.T) {
+func TestDecodeCakeSettings(t *testing.T) {
 	enc := func(attrs map[uint16]uint32) []byte {
 		ae := netlink.NewAttributeEncoder()
-		ae.Uint64(2, 2_500_000) // TCA_CAKE_BASE_RATE64
+		ae.Uint64(cakeBaseRate64, 2_500_000)
 		for typ, v := range attrs {
 			ae.Uint32(typ, v)
 		}
@@ -422,20 +422,20 @@ func TestDecodeCakeAutorate(t *testing.T) {
 	tests := []struct {
 		name    string
 		options []byte
-		want    bool
+		want    cakeSettings
 		wantErr bool
 	}{
-		{name: "on", options: enc(map[uint16]uint32{cakeAutorate: 1}), want: true},
-		{name: "off", options: enc(map[uint16]uint32{cakeAutorate: 0})},
-		{name: "absent", options: enc(nil)},
+		{name: "on", options: enc(map[uint16]uint32{cakeAutorate: 1}), want: cakeSettings{BaseRate: 2_500_000, Autorate: true}},
+		{name: "off", options: enc(map[uint16]uint32{cakeAutorate: 0}), want: cakeSettings{BaseRate: 2_500_000}},
+		{name: "absent", options: enc(nil), want: cakeSettings{BaseRate: 2_500_000}},
 		{name: "no options", options: nil},
 		{name: "cut short", options: enc(map[uint16]uint32{cakeAutorate: 1})[:14], wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := decodeCakeAutorate(tt.options)
+			got, err := decodeCakeSettings(tt.options)
 			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("decodeCakeAutorate = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+				t.Errorf("decodeCakeSettings = %+v, %v; want %+v, error %v", got, err, tt.want, tt.wantErr)
 			}
 		})
 	}

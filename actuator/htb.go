@@ -229,49 +229,51 @@ func (h *htb) Rate(ifindex uint32) (uint64, error) {
 
 // SetRate changes the top class's rate and ceiling to bps, keeping its
 // link layer, overhead, MPU, quantum and priority as the kernel holds them,
-// so that it also works on a class someone else built. Under autoshape's
-// priority split it also changes both children (their shares of bps, bps as
-// ceiling) and resizes the bulk bfifo; under a bfifo leaf 10: it resizes
-// that. It writes nothing when the kernel already holds what it would
-// write.
-func (h *htb) SetRate(ifindex uint32, bps uint64) error {
+// so that it also works on a class someone else built, and returns the
+// rate the class held. Under autoshape's priority split it also changes
+// both children (their shares of bps, bps as ceiling) and resizes the bulk
+// bfifo; under a bfifo leaf 10: it resizes that. It writes nothing when the
+// kernel already holds what it would write.
+func (h *htb) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	const op = "change HTB rate"
 	if err := initClock(); err != nil {
-		return opErr(op, ifindex, err)
+		return 0, false, opErr(op, ifindex, err)
 	}
 	bytes, err := htbBytesPerSecond(bps, h.framing.LinkLayer)
 	if err != nil {
-		return opErr(op, ifindex, err)
+		return 0, false, opErr(op, ifindex, err)
 	}
 	if _, err := h.conn.getRoot(ifindex, h.root, "htb"); err != nil {
-		return opErr(op, ifindex, err)
+		return 0, false, opErr(op, ifindex, err)
 	}
 	classes, err := h.classes(ifindex)
 	if err != nil {
-		return opErr(op, ifindex, err)
+		return 0, false, opErr(op, ifindex, err)
 	}
 	class, err := findClass(classes, h.topClass())
 	if err != nil {
-		return opErr(op, ifindex, err)
+		return 0, false, opErr(op, ifindex, err)
 	}
+	from := bpsFromKernel(classRate(class.Htb), h.framing.LinkLayer)
 	opts := keptOptions(class.Htb, bytes, bytes)
 	if children, ok := findSplit(classes, class.Handle); ok {
-		if err := h.setSplitRate(ifindex, bytes, class, opts, children); err != nil {
-			return opErr(op, ifindex, err)
+		wrote, err := h.setSplitRate(ifindex, bytes, class, opts, children)
+		if err != nil {
+			return from, false, opErr(op, ifindex, err)
 		}
-		return nil
+		return from, wrote, nil
 	}
 	if sameClassRate(class.Htb, opts) {
-		return nil
+		return from, false, nil
 	}
 	// The leaf first, so that a retry after a failed class write finds the
 	// old rate and does both again. A leaf class reports its qdisc's
 	// handle in tcm_info; only a leaf autoshape made can be its bfifo.
 	if class.Info == htbLeafHandle {
 		if err := h.resizeLeaf(ifindex, htbLeafHandle, class.Handle, bfifoLimit(bytes)); err != nil {
-			return opErr(op, ifindex, err)
+			return from, false, opErr(op, ifindex, err)
 		}
 	}
 	err = h.conn.Class().Replace(&tc.Object{
@@ -279,9 +281,9 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) error {
 		Attribute: tc.Attribute{Kind: "htb", Htb: opts},
 	})
 	if err != nil {
-		return opErr(op, ifindex, err)
+		return from, false, opErr(op, ifindex, err)
 	}
-	return nil
+	return from, true, nil
 }
 
 // updateOwn changes the top class's rate in place when the class holds
@@ -302,7 +304,8 @@ func (h *htb) updateOwn(ifindex uint32, bps uint64) (bool, error) {
 	if have.Linklayer != want.Linklayer || have.Overhead != want.Overhead || have.Mpu != want.Mpu {
 		return false, nil
 	}
-	return true, h.SetRate(ifindex, bps)
+	_, _, err = h.SetRate(ifindex, bps)
+	return true, err
 }
 
 // keptOptions are the options that give class c the rate and ceiling (in

@@ -122,7 +122,7 @@ func TestHTBFqCodel(t *testing.T) {
 	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), "qdisc htb a5: root", "qdisc fq_codel 10: parent a5:1")
 	mustContain(t, "tc -d class show", l.tcShow(t, true, "class"),
 		"class htb a5:1 root leaf 10: prio 0", "rate 20Mbit overhead 44 ceil 20Mbit", "linklayer atm")
-	if err := h.SetRate(l.ifindex, 8_000_000); err != nil {
+	if _, _, err := h.SetRate(l.ifindex, 8_000_000); err != nil {
 		t.Fatalf("SetRate: %v", err)
 	}
 	mustContain(t, "tc -d class show", l.tcShow(t, true, "class"), "rate 8Mbit overhead 44 ceil 8Mbit", "linklayer atm")
@@ -195,7 +195,7 @@ func TestHTBLifecycle(t *testing.T) {
 		{20_000_000, []string{"a5:1 root rate 20Mbit ceil 20Mbit", "a5:11 parent a5:1 leaf 11: prio 0 rate 17500Kbit ceil 20Mbit",
 			"a5:12 parent a5:1 leaf 12: prio 1 rate 2500Kbit ceil 20Mbit"}, "limit 12500b", "limit 12500b", 20_000_000},
 	} {
-		if err := h.SetRate(l.ifindex, step.bps); err != nil {
+		if _, _, err := h.SetRate(l.ifindex, step.bps); err != nil {
 			t.Fatalf("SetRate(%d): %v", step.bps, err)
 		}
 		classes := l.tcShow(t, false, "class")
@@ -251,7 +251,7 @@ func TestHTBLifecycle(t *testing.T) {
 	if _, err := h.Rate(l.ifindex); !errors.Is(err, ErrNoQdisc) {
 		t.Errorf("Rate after Remove: got %v, want ErrNoQdisc", err)
 	}
-	if err := h.SetRate(l.ifindex, 1_000_000); !errors.Is(err, ErrNoQdisc) {
+	if _, _, err := h.SetRate(l.ifindex, 1_000_000); !errors.Is(err, ErrNoQdisc) {
 		t.Errorf("SetRate after Remove: got %v, want ErrNoQdisc", err)
 	}
 	if _, err := h.Stats(l.ifindex); !errors.Is(err, ErrNoQdisc) {
@@ -331,7 +331,7 @@ func TestHTBFraming(t *testing.T) {
 				t.Errorf("Rate = %d, %v; want %d", got, err, tt.bps)
 			}
 			// A change keeps the framing.
-			if err := h.SetRate(l.ifindex, tt.bps/2); err != nil {
+			if _, _, err := h.SetRate(l.ifindex, tt.bps/2); err != nil {
 				t.Fatalf("SetRate: %v", err)
 			}
 			after, err := h.class(l.ifindex)
@@ -361,7 +361,7 @@ func TestHTBAttach(t *testing.T) {
 
 	h := newHTB(testTC(t, l.ns), Framing{})
 	// Autoshape's own root handle finds nothing there.
-	if err := h.SetRate(l.ifindex, 8_000_000); !errors.Is(err, ErrNoQdisc) {
+	if _, _, err := h.SetRate(l.ifindex, 8_000_000); !errors.Is(err, ErrNoQdisc) {
 		t.Errorf("SetRate on the HTB 1: as if it were a5:: got %v, want ErrNoQdisc", err)
 	}
 	if err := h.Remove(l.ifindex); !errors.Is(err, ErrNoQdisc) {
@@ -371,7 +371,7 @@ func TestHTBAttach(t *testing.T) {
 	if got, err := h.Rate(l.ifindex); err != nil || got != 5_000_000 {
 		t.Fatalf("Rate = %d, %v; want 5000000", got, err)
 	}
-	if err := h.SetRate(l.ifindex, 8_000_000); err != nil {
+	if _, _, err := h.SetRate(l.ifindex, 8_000_000); err != nil {
 		t.Fatalf("SetRate: %v", err)
 	}
 	mustContain(t, "tc -d class show", l.tcShow(t, true, "class"),
@@ -485,7 +485,7 @@ func TestHTBSplitRepair(t *testing.T) {
 	if got, err := h.Rate(l.ifindex); err != nil || got != 20_000_000 {
 		t.Fatalf("Rate = %d, %v; want 20000000", got, err)
 	}
-	if err := h.SetRate(l.ifindex, 10_000_000); err != nil {
+	if _, _, err := h.SetRate(l.ifindex, 10_000_000); err != nil {
 		t.Fatalf("SetRate: %v", err)
 	}
 	mustContain(t, "tc class show", l.tcShow(t, false, "class"), at10...)
@@ -494,7 +494,7 @@ func TestHTBSplitRepair(t *testing.T) {
 	// A child changed behind autoshape's back, class a5:1 as it was: the
 	// same rate again puts the child back.
 	tcDo("class", "change", "dev", l.router.Dev, "parent", "a5:1", "classid", "a5:12", "htb", "rate", "1mbit", "ceil", "1mbit", "prio", "1")
-	if err := h.SetRate(l.ifindex, 10_000_000); err != nil {
+	if _, _, err := h.SetRate(l.ifindex, 10_000_000); err != nil {
 		t.Fatalf("SetRate: %v", err)
 	}
 	mustContain(t, "tc class show", l.tcShow(t, false, "class"), at10...)

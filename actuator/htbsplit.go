@@ -204,7 +204,7 @@ func findSplit(classes []tc.Object, top uint32) (children [2]tc.Object, ok bool)
 // written. The top class is written last: Rate reads it, so after a failure
 // part-way the rate still reads as the old one and the next SetRate does
 // what is left.
-func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *tc.Htb, children [2]tc.Object) error {
+func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *tc.Htb, children [2]tc.Object) (bool, error) {
 	type write struct {
 		handle, parent uint32
 		opts           *tc.Htb
@@ -220,7 +220,7 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 		writes = append(writes, write{class.Handle, class.Parent, top})
 	}
 	if len(writes) == 0 {
-		return nil
+		return false, nil
 	}
 	// The leaves first, as in the single-class tree: the class writes
 	// after them are the ones a retry finds undone.
@@ -228,7 +228,7 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 	if err := h.resizeLeaves(ifindex,
 		leafSize{split[0].leaf, children[0].Handle, split[0].fifoLimit},
 		leafSize{split[1].leaf, children[1].Handle, split[1].fifoLimit}); err != nil {
-		return err
+		return false, err
 	}
 	for _, w := range writes {
 		err := h.conn.Class().Replace(&tc.Object{
@@ -236,10 +236,10 @@ func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *t
 			Attribute: tc.Attribute{Kind: "htb", Htb: w.opts},
 		})
 		if err != nil {
-			return fmt.Errorf("failed to change class %s: %w", handleString(w.handle), err)
+			return true, fmt.Errorf("failed to change class %s: %w", handleString(w.handle), err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // handleString writes a handle as tc prints it: "a5:11", "12:".

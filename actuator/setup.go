@@ -504,7 +504,8 @@ func (s *ifaceShaper) withIndex(op func(idx uint32) error) error {
 
 var _ Shaper = (*ifaceShaper)(nil)
 
-// SetRate reads the rate the kernel holds and writes only when it differs.
+// SetRate writes the rate when the kernel holds another (see
+// backend.SetRate).
 func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -520,34 +521,12 @@ func (s *ifaceShaper) SetRate(_ context.Context, bps uint64) (Change, error) {
 // setRate is SetRate on ifindex idx.
 func (s *ifaceShaper) setRate(idx uint32, bps uint64) (Change, error) {
 	ch := Change{Iface: s.name, Kind: s.b.Kind(), To: bps}
-	cur, err := s.b.Rate(idx)
+	from, wrote, err := s.b.SetRate(idx, bps)
+	ch.From, ch.Wrote = from, wrote
 	if err != nil {
-		return ch, fmt.Errorf("failed to read the %s rate on %q: %w", s.b.Kind(), s.name, err)
-	}
-	ch.From = cur
-	// The kernel holds whole bytes per second: a rate within a byte/s of
-	// the held one is the held one, unless the qdisc moves it itself
-	// (CAKE under autorate-ingress): then the write takes it over.
-	if cur+8 > bps && bps+8 > cur {
-		sr, ok := s.b.(selfRater)
-		if !ok {
-			s.rate = bps
-			return ch, nil
-		}
-		self, err := sr.SelfRated(idx)
-		if err != nil {
-			return ch, fmt.Errorf("failed to read the %s settings on %q: %w", s.b.Kind(), s.name, err)
-		}
-		if !self {
-			s.rate = bps
-			return ch, nil
-		}
-	}
-	if err := s.b.SetRate(idx, bps); err != nil {
 		return ch, fmt.Errorf("failed to change the %s rate on %q: %w", s.b.Kind(), s.name, err)
 	}
 	s.rate = bps
-	ch.Wrote = true
 	return ch, nil
 }
 

@@ -1,10 +1,17 @@
 package actuator
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"sync"
+	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/florianl/go-tc"
 	"github.com/mdlayher/netlink"
@@ -17,8 +24,12 @@ import (
 // namespace, and decodes none of CAKE's statistics).
 type tcConn struct {
 	*tc.Tc
-	mu  sync.Mutex // a request and its answers, whole
 	raw *netlink.Conn
+	rc  syscall.RawConn // raw's descriptor
+
+	mu  sync.Mutex // a request and its answer, whole
+	seq uint32     // the last request's sequence number
+	buf []byte     // answers are read into it
 }
 
 // dialTC opens both connections in the network namespace netns (0: the
@@ -36,8 +47,19 @@ func dialTC(netns int) (*tcConn, error) {
 	// Best effort: with extended acknowledgements the kernel says which
 	// check failed ("Invalid handle").
 	_ = raw.SetOption(netlink.ExtendedAcknowledge, true)
-	return &tcConn{Tc: t, raw: raw}, nil
+	rc, err := raw.SyscallConn()
+	if err != nil {
+		t.Close()
+		raw.Close()
+		return nil, err
+	}
+	return &tcConn{Tc: t, raw: raw, rc: rc, seq: rand.Uint32(), buf: make([]byte, answerBuffer)}, nil
 }
+
+// answerBuffer is the size of the buffer answers are read into. The
+// largest answer, a CAKE qdisc in diffserv8 with its eight tins'
+// statistics, is under 3 KiB.
+const answerBuffer = 32 << 10
 
 // Close closes both connections.
 func (c *tcConn) Close() error {
@@ -70,13 +92,11 @@ func (c *tcConn) getQdisc(ifindex, parent, handle uint32, kind string) (qdiscMes
 	binary.NativeEndian.PutUint32(data[8:], handle)
 	binary.NativeEndian.PutUint32(data[12:], parent)
 	data = append(data, attrs...)
-	q, err := c.get(netlink.Message{
-		// The kernel answers a GET with a notification that it sends to
-		// the asker only with NLM_F_ECHO; the acknowledgement that follows
-		// ends the wait even when it sends none.
-		Header: netlink.Header{Type: unix.RTM_GETQDISC, Flags: netlink.Request | netlink.Echo | netlink.Acknowledge},
-		Data:   data,
-	})
+	// Older kernels answer a GET with a notification that they send to
+	// the asker only with NLM_F_ECHO (and to RTNLGRP_TC's listeners in
+	// any case); newer ones answer the asker alone, echo or not. Either
+	// way the answer is the qdisc or an error.
+	q, err := c.get(netlink.Request|netlink.Echo, data)
 	where := "the root qdisc"
 	if parent != tc.HandleRoot {
 		where = "the qdisc of class " + handleString(parent)
@@ -92,37 +112,179 @@ func (c *tcConn) getQdisc(ifindex, parent, handle uint32, kind string) (qdiscMes
 	return *q, nil
 }
 
-// get sends req and returns the qdisc the kernel answers with, nil when it
-// answered with an acknowledgement alone.
-func (c *tcConn) get(req netlink.Message) (*qdiscMessage, error) {
+// get sends one RTM_GETQDISC request, header flags and payload data, and
+// returns the qdisc the kernel answers with.
+//
+// The kernel answers a GET within the send: its reply, or an error, is in
+// the socket when the send returns. So get asks for no acknowledgement and
+// reads the one answer without peeking at its size first, into a buffer
+// of the connection's own: two system calls, where the netlink package's
+// Send and Receive take five (a peek before each read, and the
+// acknowledgement's). They are made as raw system calls, which cannot
+// block (the socket does not wait), so that the Go scheduler does not hand
+// its processor over while the kernel answers. An answer that is not there
+// yet is waited for, up to replyWait.
+func (c *tcConn) get(flags netlink.HeaderFlags, data []byte) (*qdiscMessage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sent, err := c.raw.Send(req)
-	if err != nil {
-		return nil, err
+	c.seq++
+	seq := c.seq
+	req := make([]byte, nlmsgHeaderLen+len(data))
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.RTM_GETQDISC)
+	binary.NativeEndian.PutUint16(req[6:], uint16(flags))
+	binary.NativeEndian.PutUint32(req[8:], seq)
+	copy(req[nlmsgHeaderLen:], data)
+	if err := c.send(req); err != nil {
+		return nil, &netlink.OpError{Op: "send", Err: err}
 	}
-	var q *qdiscMessage
 	for {
-		msgs, err := c.raw.Receive()
+		n, err := c.receive()
 		if err != nil {
-			// An error from the kernel comes instead of the
-			// acknowledgement: nothing of this request is left to read.
-			return nil, err
+			return nil, &netlink.OpError{Op: "receive", Err: err}
+		}
+		msgs, err := splitMessages(c.buf[:n])
+		if err != nil {
+			return nil, &netlink.OpError{Op: "receive", Err: err}
 		}
 		for _, m := range msgs {
-			if m.Header.Sequence != sent.Header.Sequence {
+			if m.Header.Sequence != seq {
 				continue // left from a request that failed half-way
 			}
 			switch m.Header.Type {
-			case netlink.Error: // the acknowledgement: the last message
-				return q, nil
+			case netlink.Error:
+				if err := replyError(m); err != nil {
+					return nil, err
+				}
+				return nil, nil // an acknowledgement alone
 			case unix.RTM_NEWQDISC:
-				got, err := decodeQdiscMessage(m.Data)
+				// The buffer is the connection's: what is returned
+				// must not point into it.
+				got, err := decodeQdiscMessage(bytes.Clone(m.Data))
 				if err != nil {
 					return nil, err
 				}
-				q = &got
+				return &got, nil
 			}
 		}
 	}
+}
+
+// replyWait bounds the wait for an answer that was not in the socket when
+// its request was sent.
+const replyWait = 10 * time.Second
+
+// send sends one request; a full buffer is an error, not a wait.
+func (c *tcConn) send(b []byte) error {
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) {
+		for {
+			_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
+			if e == unix.EINTR {
+				continue
+			}
+			if e != 0 {
+				err = os.NewSyscallError("sendto", e)
+			}
+			return
+		}
+	})
+	return cmp.Or(cerr, err)
+}
+
+// receive reads one datagram into c.buf and returns its length, waiting
+// (up to replyWait) only when none is there.
+func (c *tcConn) receive() (int, error) {
+	var n int
+	var errno unix.Errno
+	read := func(fd uintptr) bool {
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.buf[0])), uintptr(len(c.buf)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		n, errno = int(r), e
+		return e != unix.EAGAIN && e != unix.EINTR
+	}
+	if err := c.rc.Control(func(fd uintptr) { read(fd) }); err != nil {
+		return 0, err
+	}
+	if errno == unix.EAGAIN || errno == unix.EINTR {
+		if err := c.raw.SetReadDeadline(time.Now().Add(replyWait)); err != nil {
+			return 0, err
+		}
+		err := c.rc.Read(read)
+		_ = c.raw.SetReadDeadline(time.Time{})
+		if err != nil {
+			return 0, err
+		}
+	}
+	switch {
+	case errno != 0:
+		return 0, os.NewSyscallError("recvfrom", errno)
+	case n > len(c.buf):
+		return 0, fmt.Errorf("a netlink answer of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
+	}
+	return n, nil
+}
+
+// nlmsgHeaderLen is the size of struct nlmsghdr.
+const nlmsgHeaderLen = 16
+
+// splitMessages splits a datagram into its netlink messages.
+func splitMessages(b []byte) ([]netlink.Message, error) {
+	var msgs []netlink.Message
+	for len(b) >= nlmsgHeaderLen {
+		l := int(binary.NativeEndian.Uint32(b))
+		if l < nlmsgHeaderLen || l > len(b) {
+			return nil, fmt.Errorf("a netlink message of %d bytes in %d", l, len(b))
+		}
+		msgs = append(msgs, netlink.Message{
+			Header: netlink.Header{
+				Length:   uint32(l),
+				Type:     netlink.HeaderType(binary.NativeEndian.Uint16(b[4:])),
+				Flags:    netlink.HeaderFlags(binary.NativeEndian.Uint16(b[6:])),
+				Sequence: binary.NativeEndian.Uint32(b[8:]),
+				PID:      binary.NativeEndian.Uint32(b[12:]),
+			},
+			Data: b[nlmsgHeaderLen:l],
+		})
+		b = b[min(len(b), (l+3)&^3):] // NLMSG_ALIGN
+	}
+	return msgs, nil
+}
+
+// replyError is the error an NLMSG_ERROR message carries, nil for an
+// acknowledgement, as the netlink package gives it: an *netlink.OpError
+// wrapping the errno, with the kernel's extended acknowledgement message.
+func replyError(m netlink.Message) error {
+	if len(m.Data) < 4 {
+		return &netlink.OpError{Op: "receive", Err: errors.New("not enough data for netlink error code")}
+	}
+	code := int32(binary.NativeEndian.Uint32(m.Data))
+	if code == 0 {
+		return nil
+	}
+	oerr := &netlink.OpError{Op: "receive", Err: unix.Errno(-code), Sequence: m.Header.Sequence}
+	if m.Header.Flags&netlink.AcknowledgeTLVs == 0 {
+		return oerr
+	}
+	// After the errno, the request's header and, unless capped, its
+	// payload; then the attributes.
+	off := 4 + nlmsgHeaderLen
+	if m.Header.Flags&netlink.Capped == 0 && len(m.Data) >= off {
+		off = 4 + int(binary.NativeEndian.Uint32(m.Data[4:]))
+	}
+	if off > len(m.Data) {
+		return oerr
+	}
+	ad, err := netlink.NewAttributeDecoder(m.Data[off:])
+	if err != nil {
+		return oerr
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NLMSGERR_ATTR_MSG:
+			oerr.Message = ad.String()
+		case unix.NLMSGERR_ATTR_OFFS:
+			oerr.Offset = int(ad.Uint32())
+		}
+	}
+	return oerr
 }

@@ -145,8 +145,8 @@ func (s *probeSocket) write(b []byte) error {
 // send sends b once; a full send buffer is an error (EAGAIN), not a wait.
 func (s *probeSocket) send(b []byte) error {
 	for {
-		err := unix.Sendto(s.fd, b, 0, s.sa)
-		if err == unix.EINTR {
+		err := sendto(s.fd, b, s.sa)
+		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
@@ -157,16 +157,16 @@ func (s *probeSocket) send(b []byte) error {
 }
 
 // read hands each packet queued on the socket to each, with its source
-// and arrival on now's monotonic clock, until none is left. A closed
-// socket has none.
-func (s *probeSocket) read(buf []byte, now time.Time, each func(b []byte, from netip.Addr, arrival time.Time)) error {
+// and arrival on now's monotonic clock, while more reports that an answer
+// is still awaited and some packet is left. A closed socket has none.
+// Once every probe has its answer, strays and late duplicates wait for the
+// next read: a read that finds nothing is a system call too.
+func (s *probeSocket) read(buf []byte, now time.Time, more func() bool, each func(b []byte, from netip.Addr, arrival time.Time)) error {
 	if s.fd < 0 {
 		return nil
 	}
-	for {
-		// The syscall package's, not unix's: that one asks the socket
-		// for its protocol on every packet (a system call more).
-		n, oobn, _, from, err := syscall.Recvmsg(s.fd, buf, s.oob, 0)
+	for more() {
+		n, oobn, from, err := recvmsg(s.fd, buf, s.oob)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -181,8 +181,9 @@ func (s *probeSocket) read(buf []byte, now time.Time, each func(b []byte, from n
 				continue
 			}
 		}
-		each(b, sourceOf(from), arrivalAt(now, receiveStamp(s.oob[:oobn])))
+		each(b, from, arrivalAt(now, receiveStamp(s.oob[:oobn])))
 	}
+	return nil
 }
 
 // maxStampAge bounds how long before it is read a packet may have
@@ -216,18 +217,6 @@ func stripIPv4Header(b []byte) []byte {
 		return nil
 	}
 	return b[hl:]
-}
-
-// sourceOf is the address of a socket address, the zero Addr for another
-// kind.
-func sourceOf(sa syscall.Sockaddr) netip.Addr {
-	switch a := sa.(type) {
-	case *syscall.SockaddrInet4:
-		return netip.AddrFrom4(a.Addr)
-	case *syscall.SockaddrInet6:
-		return netip.AddrFrom16(a.Addr).Unmap()
-	}
-	return netip.Addr{}
 }
 
 // sockaddr is addr as a socket address, its zone (an interface's name or

@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,4 +85,60 @@ func receiveStamp(oob []byte) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// The probe sockets' reads and sends are raw system calls. The sockets do
+// not wait (a read with nothing queued fails with EAGAIN), so a call
+// cannot block, and a raw one keeps the Go scheduler out of it: a system
+// call through the syscall package marks the goroutine as in a system
+// call, and one that takes longer than the runtime's monitor thread's
+// 20 µs check (on a small router, or a virtual machine, most do) has its
+// processor handed over, after which the monitor thread keeps waking every
+// 20 µs for a while. The unix package's Recvmsg also asks the socket for
+// its protocol on every packet.
+
+// recvmsg reads one packet from fd into p, and its control messages into
+// oob, without waiting. It returns the packet's length (the part that fit
+// in p), the control messages' length and the packet's source.
+func recvmsg(fd int, p, oob []byte) (n, oobn int, from netip.Addr, err error) {
+	var rsa syscall.RawSockaddrAny
+	iov := syscall.Iovec{Base: &p[0]}
+	iov.SetLen(len(p))
+	msg := syscall.Msghdr{Name: (*byte)(unsafe.Pointer(&rsa)), Namelen: syscall.SizeofSockaddrAny, Iov: &iov, Iovlen: 1}
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), syscall.MSG_DONTWAIT)
+	if e != 0 {
+		return 0, 0, netip.Addr{}, e
+	}
+	switch rsa.Addr.Family {
+	case syscall.AF_INET:
+		from = netip.AddrFrom4((*syscall.RawSockaddrInet4)(unsafe.Pointer(&rsa)).Addr)
+	case syscall.AF_INET6:
+		from = netip.AddrFrom16((*syscall.RawSockaddrInet6)(unsafe.Pointer(&rsa)).Addr).Unmap()
+	}
+	return min(int(r), len(p)), int(msg.Controllen), from, nil
+}
+
+// sendto sends b to sa from fd without waiting.
+func sendto(fd int, b []byte, sa unix.Sockaddr) error {
+	var raw unsafe.Pointer
+	var l uintptr
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		rsa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.Addr}
+		raw, l = unsafe.Pointer(&rsa), unix.SizeofSockaddrInet4
+	case *unix.SockaddrInet6:
+		rsa := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.Addr, Scope_id: a.ZoneId}
+		raw, l = unsafe.Pointer(&rsa), unix.SizeofSockaddrInet6
+	default:
+		return unix.EAFNOSUPPORT
+	}
+	_, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MSG_DONTWAIT, uintptr(raw), l)
+	if e != 0 {
+		return e
+	}
+	return nil
 }

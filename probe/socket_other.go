@@ -5,9 +5,12 @@ package probe
 import (
 	"errors"
 	"net"
+	"net/netip"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
+	"golang.org/x/sys/unix"
 )
 
 // errNoBind is the error for a device to bind to where the system cannot.
@@ -37,3 +40,19 @@ func stampReceives(int) error { return nil }
 
 // receiveStamp is the zero Time: there are no kernel timestamps.
 func receiveStamp([]byte) time.Time { return time.Time{} }
+
+// recvmsg reads one packet from fd into p, and its control messages into
+// oob; fd does not wait.
+func recvmsg(fd int, p, oob []byte) (n, oobn int, from netip.Addr, err error) {
+	n, oobn, _, sa, err := syscall.Recvmsg(fd, p, oob, 0)
+	switch a := sa.(type) {
+	case *syscall.SockaddrInet4:
+		from = netip.AddrFrom4(a.Addr)
+	case *syscall.SockaddrInet6:
+		from = netip.AddrFrom16(a.Addr).Unmap()
+	}
+	return n, oobn, from, err
+}
+
+// sendto sends b to sa from fd; fd does not wait.
+func sendto(fd int, b []byte, sa unix.Sockaddr) error { return unix.Sendto(fd, b, 0, sa) }

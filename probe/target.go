@@ -355,6 +355,16 @@ func windowCap(interval, deadline time.Duration) int {
 // held is how many probes await the report of their fate.
 func (w *window) held() int { return w.next - w.first }
 
+// expecting reports whether some probe still awaits its answer.
+func (w *window) expecting() bool {
+	for seq := w.first; seq < w.next; seq++ {
+		if w.lookup(seq).state == awaiting {
+			return true
+		}
+	}
+	return false
+}
+
 // full reports whether the window has no room for another probe.
 func (w *window) full() bool { return w.held() == len(w.ring) }
 
@@ -584,11 +594,8 @@ func (s *socketTarget) poll(sock *probeSocket, turn *turns, rep *reporter, buf [
 	now := s.now()
 	s.mu.Lock()
 	// With no probe awaiting its answer there is nothing to read but
-	// strays, which can wait for the next one: a read is a system call.
-	var err error
-	if s.w.held() > 0 {
-		err = sock.read(buf, now, receive)
-	}
+	// strays, which can wait: a read is a system call.
+	err := sock.read(buf, now, s.w.expecting, receive)
 	s.mu.Unlock()
 	if err != nil {
 		return err

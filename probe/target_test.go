@@ -461,3 +461,32 @@ func TestEchoMatching(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowExpecting: a window expects answers while some probe awaits
+// one, whatever else it holds unreported.
+func TestWindowExpecting(t *testing.T) {
+	const ms = time.Millisecond
+	w := newWindow(netip.MustParseAddr("10.77.0.2"), 10*ms, 100*ms)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	if w.expecting() {
+		t.Fatal("an empty window expects an answer")
+	}
+	a := w.lookup(w.add(t0, 1))
+	b := w.lookup(w.add(t0.Add(10*ms), 2))
+	if !w.expecting() {
+		t.Fatal("two probes sent, none answered: not expecting")
+	}
+	w.accept(b, 5*ms)
+	if !w.expecting() {
+		t.Fatal("the first probe still awaits its answer: not expecting")
+	}
+	w.accept(a, 15*ms)
+	if w.expecting() || w.held() != 2 {
+		t.Fatalf("both answered, held %d unreported: expecting %v, want false", w.held(), w.expecting())
+	}
+	c := w.lookup(w.add(t0.Add(20*ms), 3))
+	w.lose(c)
+	if w.expecting() {
+		t.Fatal("a lost probe is still expected")
+	}
+}

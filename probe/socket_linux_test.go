@@ -1,0 +1,72 @@
+package probe
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// TestSocketRead reads a UDP socket on loopback as a probe socket: each
+// packet comes with its source and the kernel's receive stamp, and the
+// reads stop once more says no answer is awaited, leaving the rest queued
+// for the next read.
+func TestSocketRead(t *testing.T) {
+	var local netip.AddrPort
+	sock := newProbeSocket("", netip.MustParseAddr("127.0.0.1"), false, func() (net.PacketConn, error) {
+		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err == nil {
+			local = c.LocalAddr().(*net.UDPAddr).AddrPort()
+		}
+		return c, err
+	})
+	if err := sock.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sock.stop()
+	peer, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	for _, p := range []string{"one", "two", "three"} {
+		if _, err := peer.WriteTo([]byte(p), net.UDPAddrFromAddrPort(local)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := time.Now()
+	time.Sleep(50 * time.Millisecond)
+
+	buf := make([]byte, 512)
+	var got []string
+	read := func(want int) {
+		t.Helper()
+		now := time.Now()
+		err := sock.read(buf, now, func() bool { return len(got) < want }, func(b []byte, from netip.Addr, arrival time.Time) {
+			got = append(got, string(b))
+			if from != netip.MustParseAddr("127.0.0.1") {
+				t.Errorf("from %v, want 127.0.0.1", from)
+			}
+			// The kernel stamped the packet on arrival, some 50 ms
+			// before the read.
+			if arrival.Before(sent.Add(-time.Second)) || arrival.After(now.Add(-40*time.Millisecond)) {
+				t.Errorf("arrival %v after the send, %v before the read: want the kernel's stamp", arrival.Sub(sent), now.Sub(arrival))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(1)
+	if len(got) != 1 || got[0] != "one" {
+		t.Fatalf("read while one answer is awaited: %q, want [one]", got)
+	}
+	read(10)
+	if len(got) != 3 || got[1] != "two" || got[2] != "three" {
+		t.Fatalf("read on: %q, want [one two three]", got)
+	}
+	read(20) // nothing queued: EAGAIN, no error
+	if len(got) != 3 {
+		t.Fatalf("read of an empty socket: %q", got)
+	}
+}
