@@ -1,7 +1,6 @@
 package actuator
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -329,26 +328,22 @@ func (h *htb) resizeLeaf(ifindex, handle, parent, limit uint32) error {
 // A leafSize is a bfifo leaf's handle, its class and its size in bytes.
 type leafSize struct{ handle, parent, limit uint32 }
 
-// resizeLeaves sets each bfifo leaf to its size, reading each leaf alone;
-// it leaves any other kind of leaf alone.
+// resizeLeaves sets each bfifo leaf to its size; it leaves any other kind
+// of leaf alone. It writes without reading first: the kernel changes a
+// qdisc only when it is the one the request names, the bfifo with the
+// handle under the class, and otherwise refuses (EINVAL for another kind
+// with that handle, EEXIST for another handle, ENOENT for the kernel's
+// default leaf), changing nothing.
 func (h *htb) resizeLeaves(ifindex uint32, leaves ...leafSize) error {
 	for _, l := range leaves {
-		q, err := h.conn.getQdisc(ifindex, l.parent, l.handle, "bfifo")
-		switch {
-		case errors.Is(err, ErrNoQdisc):
-			continue // another kind of leaf, or none
-		case err != nil:
-			return err
-		}
-		// A fifo's options are its struct tc_fifo_qopt: the limit.
-		if len(q.Options) >= 4 && binary.NativeEndian.Uint32(q.Options) == l.limit {
-			continue
-		}
-		err = h.conn.Qdisc().Change(&tc.Object{
+		err := h.conn.Qdisc().Change(&tc.Object{
 			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: l.handle, Parent: l.parent},
 			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: l.limit}},
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
+			continue // another kind of leaf, or none
+		case err != nil:
 			return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(l.handle), l.limit, err)
 		}
 	}

@@ -887,3 +887,47 @@ func TestHTBSplitSparseDelay(t *testing.T) {
 		t.Errorf("probes' median RTT under the split %v, want less than half of %v through one bfifo", median(split), median(fifo))
 	}
 }
+
+// TestHTBSetRateLeavesForeignLeaves: SetRate resizes only its own bfifo
+// leaves, by a change the kernel applies only to the qdisc it names; a
+// leaf someone put in their place, under another handle (EEXIST) or of
+// another kind under the same one (EINVAL), keeps its settings, and the
+// classes still get the rate.
+func TestHTBSetRateLeavesForeignLeaves(t *testing.T) {
+	l := newHTBLink(t)
+	fqCodel, err := kerneltest.HasQdisc("fq_codel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHTB(testTC(t, l.ns), Framing{})
+	if err := h.Create(l.ifindex, 20_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	tcq := func(op string, args ...string) {
+		runCmd(t, "tc", append([]string{"-n", l.router.NS, "qdisc", op, "dev", l.router.Dev}, args...)...)
+	}
+	var want []string
+	if fqCodel {
+		// One leaf, fq_codel 10: under a5:1 (another kind under the same
+		// handle is TestHTBFqCodel's).
+		tcq("replace", "parent", "a5:1", "handle", "20:", "pfifo", "limit", "77")
+		want = []string{"qdisc pfifo 20: parent a5:1 limit 77p"}
+	} else {
+		// The split: bfifo 11: under a5:11, bfifo 12: under a5:12.
+		tcq("replace", "parent", "a5:11", "handle", "20:", "pfifo", "limit", "77")
+		tcq("del", "parent", "a5:12", "handle", "12:")
+		tcq("add", "parent", "a5:12", "handle", "12:", "pfifo", "limit", "88")
+		want = []string{"qdisc pfifo 20: parent a5:11 limit 77p", "qdisc pfifo 12: parent a5:12 limit 88p"}
+	}
+	from, wrote, err := h.SetRate(l.ifindex, 8_000_000)
+	if err != nil || !wrote || from != 20_000_000 {
+		t.Fatalf("SetRate = %d, %v, %v; want 20000000, true, nil", from, wrote, err)
+	}
+	if got, err := h.Rate(l.ifindex); err != nil || got != 8_000_000 {
+		t.Errorf("Rate = %d, %v; want 8000000", got, err)
+	}
+	mustContain(t, "tc qdisc show", l.tcShow(t, false, "qdisc"), want...)
+	if _, wrote, err := h.SetRate(l.ifindex, 8_000_000); err != nil || wrote {
+		t.Errorf("SetRate to the rate held: wrote %v, %v; want nothing written", wrote, err)
+	}
+}
