@@ -23,6 +23,7 @@ import (
 	"github.com/autoshape/autoshape/config"
 	"github.com/autoshape/autoshape/controller"
 	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/policies"
 )
 
 func TestStateFile(t *testing.T) {
@@ -183,12 +184,12 @@ func TestReloadAppliesSettings(t *testing.T) {
 	// A link that runs on through the reload.
 	r := d.newLinkRunner(config.Link{Name: "wan"})
 	dec := controller.Decision{Time: time.Unix(1, 0), Link: "wan", Direction: estimator.Down, From: 1e6, To: 2e6}
-	r.record(dec)
+	r.record(dec, true)
 
 	next := cur
 	next.LogLevel, next.MetricsListen, next.Decisions = "warn", addrB, filepath.Join(dir, "b.jsonl")
 	d.reconfigure(ctx, cur, next)
-	r.record(dec)
+	r.record(dec, true)
 	log.Info("an info line after the reload")
 	log.Warn("a warn line after the reload")
 
@@ -271,5 +272,39 @@ func TestSummaryPercentiles(t *testing.T) {
 	}
 	if len(s.delays[estimator.Down]) != 1200 {
 		t.Errorf("the summary kept %d delays, want it bounded at 1200", len(s.delays[estimator.Down]))
+	}
+}
+
+// TestEventLog: gradual steps are never logged at INFO; events are, in each
+// direction, at most once every eventEvery; the summary counts every cut.
+func TestEventLog(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	dec := func(ms int, dir estimator.Direction, reason policies.Reason, from, to float64) controller.Decision {
+		return controller.Decision{Time: t0.Add(time.Duration(ms) * time.Millisecond), Direction: dir, Reason: reason, From: from, To: to}
+	}
+	steps := []struct {
+		d    controller.Decision
+		info bool
+	}{
+		{dec(0, estimator.Down, policies.ReasonStart, 0, 20e6), true},
+		{dec(0, estimator.Up, policies.ReasonStart, 0, 10e6), true},
+		{dec(50, estimator.Down, policies.ReasonProbe, 20e6, 21e6), false},
+		{dec(100, estimator.Down, policies.ReasonBloat, 21e6, 15e6), false}, // 100 ms after the start
+		{dec(150, estimator.Up, policies.ReasonBloat, 10e6, 8e6), false},
+		{dec(10_000, estimator.Down, policies.ReasonEase, 15e6, 14e6), true},
+		{dec(10_050, estimator.Down, policies.ReasonBloat, 14e6, 12e6), false},
+		{dec(10_100, estimator.Up, policies.ReasonBloat, 8e6, 7e6), true},
+		{dec(20_000, estimator.Down, policies.ReasonDecay, 12e6, 12.1e6), false},
+	}
+	var e eventLog
+	s := newSummary()
+	for i, st := range steps {
+		if got := e.info(st.d); got != st.info {
+			t.Errorf("step %d (%s %s at %v): info %v, want %v", i, st.d.Direction, st.d.Reason, st.d.Time.Sub(t0), got, st.info)
+		}
+		s.decision(st.d)
+	}
+	if s.cuts[estimator.Down] != 3 || s.cuts[estimator.Up] != 2 {
+		t.Errorf("cuts counted: down %d, up %d; want 3 and 2", s.cuts[estimator.Down], s.cuts[estimator.Up])
 	}
 }

@@ -201,6 +201,7 @@ type linkLoop struct {
 	checkEvery     time.Duration
 	nextCheck      time.Time
 	sum            *summary
+	events         eventLog
 	failing        bool // the last tick failed to apply a rate
 	nextReflectors time.Time
 	state          controller.State // as of the last tick
@@ -357,7 +358,8 @@ func (l *linkLoop) onTick(ctx context.Context, now time.Time) {
 	l.forgets.drain(l.est.ForgetReflector)
 	decs, err := l.ctrl.Tick(ctx, now)
 	for _, dec := range decs {
-		l.record(dec)
+		l.record(dec, l.events.info(dec))
+		l.sum.decision(dec)
 	}
 	l.mu.Lock()
 	for _, d := range estimator.Directions {
@@ -400,17 +402,41 @@ func (l *linkLoop) logState(now time.Time) {
 	l.state, l.stateFrom = st, now
 }
 
-// record logs a decision (one line with its reasons: INFO for an event,
-// DEBUG for a gradual step), counts it and appends it to the decision
-// file, which says itself (at most once a minute) when it cannot.
-func (r *linkRunner) record(d controller.Decision) {
-	// The small steps of a busy link come several times a second: at INFO
-	// they would flush a router's 64 KiB log ring within a minute. They
-	// are in the decision file, the metrics and the minute's summary.
+// eventEvery is how often, per direction, a rate change that is an event
+// (a cut, a drop, a stall, a start) may be logged at INFO; those in between
+// go to DEBUG, and the minute's summary counts the cuts. A link whose
+// capacity keeps moving cuts several times a second: logged at INFO, its
+// cuts would flush a router's 64 KiB log ring within minutes.
+const eventEvery = 10 * time.Second
+
+// An eventLog says which of a link's decisions are logged at INFO: no
+// gradual step, and an event only when none was, in its direction, for
+// eventEvery.
+type eventLog struct {
+	last [2]time.Time
+}
+
+// info reports whether d is logged at INFO, and if so notes it.
+func (e *eventLog) info(d controller.Decision) bool {
 	if d.Gradual() {
-		r.log.Debug("rate change", zap.Inline(d))
-	} else {
+		return false
+	}
+	if last := e.last[d.Direction]; !last.IsZero() && d.Time.Sub(last) < eventEvery {
+		return false
+	}
+	e.last[d.Direction] = d.Time
+	return true
+}
+
+// record logs a decision, one line with its reasons, at INFO or DEBUG (see
+// eventLog), counts it and appends it to the decision file, which says
+// itself (at most once a minute) when it cannot. Every decision is in the
+// decision file and the metrics.
+func (r *linkRunner) record(d controller.Decision, info bool) {
+	if info {
 		r.log.Info("rate change", zap.Inline(d))
+	} else {
+		r.log.Debug("rate change", zap.Inline(d))
 	}
 	r.metrics.Decision(d)
 	if r.dec != nil {

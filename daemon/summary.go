@@ -15,6 +15,7 @@ import (
 type summary struct {
 	next   time.Time
 	delays [2][]float64 // ms, bounded: 1200 ticks a minute
+	cuts   [2]int       // rate changes down that were events
 }
 
 func newSummary() *summary { return &summary{} }
@@ -22,6 +23,13 @@ func newSummary() *summary { return &summary{} }
 func (s *summary) add(o estimator.Observation) {
 	if len(s.delays[o.Direction]) < 1200 {
 		s.delays[o.Direction] = append(s.delays[o.Direction], float64(o.Delta)/float64(time.Millisecond))
+	}
+}
+
+// decision counts d when it is a cut.
+func (s *summary) decision(d controller.Decision) {
+	if !d.Gradual() && d.To < d.From {
+		s.cuts[d.Direction]++
 	}
 }
 
@@ -33,7 +41,8 @@ func (s *summary) due(now time.Time) bool {
 }
 
 // log writes the minute's summary and starts the next minute: whole kbit/s,
-// delays to 0.1 ms, CAKE's estimate only where there is one.
+// delays to 0.1 ms, CAKE's estimate only where there is one, and the cuts
+// of the minute, most of which a busy link logs at DEBUG.
 func (s *summary) log(log *zap.Logger, now time.Time, c *controller.Controller, reflectors int) {
 	fields := make([]zap.Field, 0, 12)
 	fields = append(fields, zap.String("state", c.State().String()), zap.Int("reflectors", reflectors))
@@ -48,8 +57,9 @@ func (s *summary) log(log *zap.Logger, now time.Time, c *controller.Controller, 
 		}
 		fields = append(fields,
 			zap.Float64(dir+"_delay_p50_ms", tenths(percentile(s.delays[d], 0.5))),
-			zap.Float64(dir+"_delay_p95_ms", tenths(percentile(s.delays[d], 0.95))))
-		s.delays[d] = s.delays[d][:0]
+			zap.Float64(dir+"_delay_p95_ms", tenths(percentile(s.delays[d], 0.95))),
+			zap.Int(dir+"_cuts", s.cuts[d]))
+		s.delays[d], s.cuts[d] = s.delays[d][:0], 0
 	}
 	log.Info("summary", fields...)
 	s.next = now.Add(time.Minute)

@@ -356,6 +356,8 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 		r.RateChanges = sh.changes(d)
 		r.Series = &s
 		sim.ScoreDelays(&r, delays, every, cfg.Capacity[d], cfg.Budget, dur, scheme.Name != "unshaped")
+		// The series' goodput is one point per 100 ms tick from the start.
+		sim.ScoreRecoveries(&r, s.Goodput, 100*time.Millisecond, cfg.Capacity[d], dur, scheme.Name != "unshaped")
 		r.Delay = sim.Delay{P50: round3(r.Delay.P50), P95: round3(r.Delay.P95), P99: round3(r.Delay.P99)}
 		r.OverBudget = round3(r.OverBudget)
 		out = append(out, r)

@@ -386,6 +386,13 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 		// the ceiling with no delay (or one a bound set there) says
 		// the ceiling is no longer the link's: its capacity came
 		// back, and the rate rises as on any link to find it.
+		if in.Now.Sub(b.bloatAt) >= plateauAt && t.delay <= t.hold/2 {
+			// Past the plateau, load pressing against the rate with next to
+			// no queue is evidence that the ceiling is gone (see
+			// slowStart): the excess over it grows as fast as that
+			// evidence comes in, not as the curve's clock allows.
+			target = math.Max(target, b.slowStart(rate, t.dt))
+		}
 		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.dt)
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
@@ -569,6 +576,27 @@ func (b *Budget) plateau(now time.Time) float64 {
 	z := b.zone(now)
 	x := now.Sub(b.bloatAt).Seconds()/plateauAt.Seconds() - 1
 	return 1 + (1-z)*x*x*x
+}
+
+// slowStartLag is how long a queue that a rise builds takes to show in the
+// delay: a round trip, the probes' spacing and a tick. slowStartFrom is the
+// first excess over the ceiling that slowStart tries, as a fraction of it.
+const (
+	slowStartLag  = 150 * time.Millisecond
+	slowStartFrom = 0.02
+)
+
+// slowStart is the rate past the ceiling, from rate, after dt seconds in
+// which the delay showed no queue: the excess over the ceiling (at least
+// slowStartFrom of it) doubles every slowStartLag, as TCP's slow start
+// doubles its window every round trip that brings no loss. A real ceiling
+// (the capacity just above it, where mark put it) shows as delay within a
+// lag of the crossing, while the excess is still a few per cent; a ceiling
+// that is gone lets the excess reach the zone's end, 10 % over it, within
+// about 3.3 lags, and the rise is Step's from there.
+func (b *Budget) slowStart(rate, dt float64) float64 {
+	excess := math.Max(rate-b.bloatRate, slowStartFrom*b.bloatRate)
+	return b.bloatRate + excess*math.Exp2(dt/slowStartLag.Seconds())
 }
 
 // zone is where the gentle zone starts, as a fraction of the ceiling: 90 %,

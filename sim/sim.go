@@ -236,6 +236,16 @@ type Result struct {
 	Reactions []float64 `json:"reactions_s,omitempty"`
 	// WorstDelayMs is the largest added delay after each drop.
 	WorstDelayMs []float64 `json:"worst_delay_ms,omitempty"`
+	// RecoveryS is, for schedules whose capacity rises by RiseFactor or
+	// more, the longest time from a rise until the goodput, averaged over
+	// RecoveryWindow, first reaches RecoveryShare of the new capacity: the
+	// end of the first such window (of whole 100 ms intervals after the
+	// rise), or the next change of the schedule (or the run's end) when none
+	// does. Recoveries lists each rise's; RiseWorstDelayMs the largest added
+	// delay from each rise until the next change.
+	RecoveryS        *float64  `json:"recovery_s,omitempty"`
+	Recoveries       []float64 `json:"recoveries_s,omitempty"`
+	RiseWorstDelayMs []float64 `json:"rise_worst_delay_ms,omitempty"`
 	// SteadyDelay is the added delay outside the reaction windows (from each
 	// drop until its reaction ends), when there are drops.
 	SteadyDelay *Delay `json:"steady_delay_ms,omitempty"`
@@ -316,6 +326,7 @@ type replay struct {
 	pending    []pendingSample
 
 	scores        [2][]float32 // the independent probe's added delays, ms
+	goodput       [2][]float64 // Mbit/s delivered in each seriesEvery
 	series        [2]*Series
 	lastDelivered [2]int64
 	rateSum       [2]float64
@@ -550,14 +561,20 @@ func (r *replay) score(now int64) {
 			r.rateSum[d] += p.rate
 			r.rateN[d]++
 		}
-		if r.series[d] != nil && now%seriesEvery < stepMs && now >= seriesEvery {
-			r.addSeries(d, now)
+		if now%seriesEvery < stepMs && now >= seriesEvery {
+			good := float64(p.delivered-r.lastDelivered[d]) * 8 / seriesEvery / 1e3
+			r.goodput[d] = append(r.goodput[d], good)
+			if r.series[d] != nil {
+				r.addSeries(d, now, good)
+			}
+			r.lastDelivered[d] = p.delivered
 		}
 	}
 }
 
-// addSeries appends d's point for the seriesEvery that ends at now.
-func (r *replay) addSeries(d estimator.Direction, now int64) {
+// addSeries appends d's point for the seriesEvery that ends at now, in which
+// good Mbit/s got through.
+func (r *replay) addSeries(d estimator.Direction, now int64, good float64) {
 	sr, p := r.series[d], r.m.paths[d]
 	end := now - now%seriesEvery
 	n := int(seriesEvery / scoreEvery)
@@ -569,12 +586,11 @@ func (r *replay) addSeries(d estimator.Direction, now int64) {
 	sr.T = append(sr.T, float64(end)/1000)
 	sr.Capacity = append(sr.Capacity, round3(r.traces[d].RateAt(end-seriesEvery, seriesEvery)/1e6))
 	sr.Rate = append(sr.Rate, round3(p.rate/1e6))
-	sr.Goodput = append(sr.Goodput, round3(float64(p.delivered-r.lastDelivered[d])*8/seriesEvery/1e3))
+	sr.Goodput = append(sr.Goodput, round3(good))
 	sr.Delay = append(sr.Delay, round3(sum/float64(max(len(recent), 1))))
 	if d == estimator.Down && r.cfg.CapacityEstimate && p.rate > 0 {
 		sr.CapacityEstimate = append(sr.CapacityEstimate, round3(p.cake.bps()/1e6))
 	}
-	r.lastDelivered[d] = p.delivered
 }
 
 // results scores each loaded direction of the finished run.
@@ -602,8 +618,9 @@ func (r *replay) results() []Result {
 			res.MeanRateMbps = r.rateSum[d] / float64(r.rateN[d]) / 1e6
 		}
 		res.Series = r.series[d]
-		ScoreDelays(&res, r.scores[d], scoreEvery*time.Millisecond, r.traces[d], cfg.Budget, cfg.Duration,
-			scheme.Policy != nil || scheme.Oracle != nil || scheme.AutorateIngress)
+		shaped := scheme.Policy != nil || scheme.Oracle != nil || scheme.AutorateIngress
+		ScoreDelays(&res, r.scores[d], scoreEvery*time.Millisecond, r.traces[d], cfg.Budget, cfg.Duration, shaped)
+		ScoreRecoveries(&res, r.goodput[d], seriesEvery*time.Millisecond, r.traces[d], cfg.Duration, shaped)
 		out = append(out, roundResult(res))
 	}
 	return out
@@ -713,6 +730,13 @@ func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Tra
 		r.Reactions = append(r.Reactions, round3(react))
 		r.WorstDelayMs = append(r.WorstDelayMs, round3(worst))
 	}
+	for _, rise := range capacity.Rises() {
+		if rise >= dur {
+			continue
+		}
+		_, worst := reaction(delays, every, rise, nextChange(capacity, rise, dur), ms(budget))
+		r.RiseWorstDelayMs = append(r.RiseWorstDelayMs, round3(worst))
+	}
 	if len(r.Reactions) > 0 {
 		worst := slices.Max(r.Reactions)
 		r.ReactionS = &worst
@@ -730,6 +754,55 @@ func ScoreDelays(r *Result, delays []float32, every time.Duration, capacity *Tra
 		d, _ := delayStats(steady, ms(budget))
 		r.SteadyDelay = &Delay{round3(d.P50), round3(d.P95), round3(d.P99)}
 	}
+}
+
+// RecoveryWindow is the span over which ScoreRecoveries averages the
+// goodput; RecoveryShare the share of the new capacity it must reach.
+const (
+	RecoveryWindow = 500 * time.Millisecond
+	RecoveryShare  = 0.9
+)
+
+// ScoreRecoveries fills r's recoveries (see Result.RecoveryS) from the
+// goodput in Mbit/s delivered in each interval of every (the first from 0),
+// when recoveries is set and the capacity is a schedule with rises before
+// dur. The simulator and the lab score alike through it.
+func ScoreRecoveries(r *Result, goodput []float64, every time.Duration, capacity *Trace, dur time.Duration, recoveries bool) {
+	if !recoveries || capacity == nil || !capacity.IsSchedule() || every <= 0 {
+		return
+	}
+	for _, rise := range capacity.Rises() {
+		if rise >= dur {
+			continue
+		}
+		end := nextChange(capacity, rise, dur)
+		target := RecoveryShare * capacity.RateAt(rise.Milliseconds(), 1) / 1e6
+		r.Recoveries = append(r.Recoveries, round3(recovery(goodput, every, rise, end, target).Seconds()))
+	}
+	if len(r.Recoveries) > 0 {
+		worst := slices.Max(r.Recoveries)
+		r.RecoveryS = &worst
+	}
+}
+
+// recovery is the time from rise until the end of the first RecoveryWindow
+// of whole intervals in [rise, end) whose mean goodput reaches target, or
+// until end when none does.
+func recovery(goodput []float64, every, rise, end time.Duration, target float64) time.Duration {
+	n := max(int(RecoveryWindow/every), 1)
+	from := int((rise + every - 1) / every) // the first whole interval
+	to := min(int(end/every), len(goodput))
+	sum := 0.0
+	for i := from; i < to; i++ {
+		sum += goodput[i]
+		if i-from >= n {
+			sum -= goodput[i-n]
+		}
+		if i-from+1 >= n && sum/float64(n) >= target-1e-9 {
+			return time.Duration(i+1)*every - rise
+		}
+	}
+	return end - rise
 }
 
 func delayStats(s []float32, budget float64) (Delay, float64) {

@@ -353,6 +353,22 @@ func (t *Trace) DefaultDuration() time.Duration {
 	return t.steps[len(t.steps)-1].At + 30*time.Second
 }
 
+// RiseFactor is the least factor by which a schedule's rate must grow for
+// Rises to count the step.
+const RiseFactor = 1.5
+
+// Rises returns the instants at which a schedule's rate grows by RiseFactor
+// or more.
+func (t *Trace) Rises() []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(t.steps); i++ {
+		if t.steps[i].Rate >= RiseFactor*t.steps[i-1].Rate {
+			out = append(out, t.steps[i].At)
+		}
+	}
+	return out
+}
+
 // Drops returns the instants at which a schedule's rate falls.
 func (t *Trace) Drops() []time.Duration {
 	var out []time.Duration
