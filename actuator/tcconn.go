@@ -27,9 +27,10 @@ type tcConn struct {
 	raw *netlink.Conn
 	rc  syscall.RawConn // raw's descriptor
 
-	mu  sync.Mutex // a request and its answer, whole
-	seq uint32     // the last request's sequence number
-	buf []byte     // answers are read into it
+	mu   sync.Mutex    // a request and its answer, whole
+	seq  uint32        // the last request's sequence number
+	buf  []byte        // answers are read into it
+	wait time.Duration // how long an answer not yet there is waited for
 }
 
 // dialTC opens both connections in the network namespace netns (0: the
@@ -53,7 +54,7 @@ func dialTC(netns int) (*tcConn, error) {
 		raw.Close()
 		return nil, err
 	}
-	return &tcConn{Tc: t, raw: raw, rc: rc, seq: rand.Uint32(), buf: make([]byte, answerBuffer)}, nil
+	return &tcConn{Tc: t, raw: raw, rc: rc, seq: rand.Uint32(), buf: make([]byte, answerBuffer), wait: replyWait}, nil
 }
 
 // answerBuffer is the size of the buffer answers are read into. The
@@ -123,7 +124,7 @@ func (c *tcConn) getQdisc(ifindex, parent, handle uint32, kind string) (qdiscMes
 // acknowledgement's). They are made as raw system calls, which cannot
 // block (the socket does not wait), so that the Go scheduler does not hand
 // its processor over while the kernel answers. An answer that is not there
-// yet is waited for, up to replyWait.
+// yet is waited for, up to c.wait.
 func (c *tcConn) get(flags netlink.HeaderFlags, data []byte) (*qdiscMessage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -193,7 +194,7 @@ func (c *tcConn) send(b []byte) error {
 }
 
 // receive reads one datagram into c.buf and returns its length, waiting
-// (up to replyWait) only when none is there.
+// (up to c.wait) only when none is there.
 func (c *tcConn) receive() (int, error) {
 	var n int
 	var errno unix.Errno
@@ -206,7 +207,7 @@ func (c *tcConn) receive() (int, error) {
 		return 0, err
 	}
 	if errno == unix.EAGAIN || errno == unix.EINTR {
-		if err := c.raw.SetReadDeadline(time.Now().Add(replyWait)); err != nil {
+		if err := c.raw.SetReadDeadline(time.Now().Add(c.wait)); err != nil {
 			return 0, err
 		}
 		err := c.rc.Read(read)
