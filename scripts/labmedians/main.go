@@ -1,0 +1,212 @@
+// Command labmedians summarises repeated lab runs of one line: it reads
+// linklab's JSON reports (`linklab run --json`, one file per run, the same
+// schemes in each) and prints, per scheme and direction, the median over
+// the runs of the utilisation, the p50 and p95 of the added delay, the
+// worst delay after a capacity drop, the reaction to it, the recovery
+// after a rise (to 90 % of the restored capacity) and the worst delay
+// after the rise, with the number of runs. With -plot it also draws
+// utilisation against p95 per direction: one small point per run, a large
+// one at the medians. -name renames a scheme (exec=cake-autorate).
+//
+//	go run ./scripts/labmedians [-name exec=cake-autorate] [-plot DIR] REPORT.json...
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/autoshape/autoshape/sim"
+)
+
+// report is the part of a linklab report this reads.
+type report struct {
+	TraceDown string       `json:"trace_down"`
+	Results   []sim.Result `json:"results"`
+}
+
+// key names one scheme's direction.
+type key struct{ scheme, dir string }
+
+func main() {
+	names := map[string]string{}
+	flag.Func("name", "rename a scheme: FROM=TO (repeatable)", func(s string) error {
+		from, to, ok := strings.Cut(s, "=")
+		if !ok || from == "" || to == "" {
+			return fmt.Errorf("%q is not FROM=TO", s)
+		}
+		names[from] = to
+		return nil
+	})
+	plotDir := flag.String("plot", "", "draw utilisation against p95 per direction into this folder (SVG)")
+	flag.Parse()
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: labmedians [-name FROM=TO] [-plot DIR] REPORT.json...")
+		os.Exit(2)
+	}
+	runs := map[key][]sim.Result{}
+	var order []key
+	for _, path := range flag.Args() {
+		rep, err := read(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "labmedians:", err)
+			os.Exit(2)
+		}
+		for _, r := range rep.Results {
+			if n, ok := names[r.Scheme]; ok {
+				r.Scheme = n
+			}
+			k := key{r.Scheme, r.Direction}
+			if _, ok := runs[k]; !ok {
+				order = append(order, k)
+			}
+			runs[k] = append(runs[k], r)
+		}
+	}
+	fmt.Println("| scheme | dir | runs | utilisation | p50 ms | p95 ms | worst after a drop ms | reaction s | recovery s | worst after the rise ms |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, k := range order {
+		rs := runs[k]
+		fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", k.scheme, k.dir, len(rs),
+			med(rs, 2, func(r sim.Result) (float64, bool) { return r.Utilization, true }),
+			med(rs, 1, func(r sim.Result) (float64, bool) { return r.Delay.P50, true }),
+			med(rs, 1, func(r sim.Result) (float64, bool) { return r.Delay.P95, true }),
+			med(rs, 0, worst(func(r sim.Result) []float64 { return r.WorstDelayMs })),
+			med(rs, 2, func(r sim.Result) (float64, bool) { return deref(r.ReactionS) }),
+			med(rs, 1, func(r sim.Result) (float64, bool) { return deref(r.RecoveryS) }),
+			med(rs, 0, worst(func(r sim.Result) []float64 { return r.RiseWorstDelayMs })))
+	}
+	if *plotDir != "" {
+		if err := drawPlots(*plotDir, order, runs); err != nil {
+			fmt.Fprintln(os.Stderr, "labmedians:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func read(path string) (report, error) {
+	var rep report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rep, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return rep, fmt.Errorf("%s: not a linklab JSON report: %w", path, err)
+	}
+	if len(rep.Results) == 0 {
+		return rep, fmt.Errorf("%s: no results", path)
+	}
+	return rep, nil
+}
+
+func deref(p *float64) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
+}
+
+// worst is the largest of a run's values, none when it has none.
+func worst(f func(sim.Result) []float64) func(sim.Result) (float64, bool) {
+	return func(r sim.Result) (float64, bool) {
+		v := f(r)
+		if len(v) == 0 {
+			return 0, false
+		}
+		return slices.Max(v), true
+	}
+}
+
+// median of the values (the mean of the middle two of an even count).
+func median(v []float64) float64 {
+	v = slices.Sorted(slices.Values(v))
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// med formats the median of f over the runs that have a value, "-" when
+// none has.
+func med(rs []sim.Result, digits int, f func(sim.Result) (float64, bool)) string {
+	var v []float64
+	for _, r := range rs {
+		if x, ok := f(r); ok {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", digits, median(v))
+}
+
+// drawPlots draws one plot per direction: utilisation against p95, a small
+// point per run and a ring at each scheme's medians.
+func drawPlots(dir string, order []key, runs map[key][]sim.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	palette := []color.Color{
+		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	}
+	var dirs []string
+	for _, k := range order {
+		if !slices.Contains(dirs, k.dir) {
+			dirs = append(dirs, k.dir)
+		}
+	}
+	for _, d := range dirs {
+		p := plot.New()
+		p.Title.Text = "lab runs, " + d
+		p.X.Label.Text = "p95 added delay (ms)"
+		p.Y.Label.Text = "utilisation"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Top = true
+		i := 0
+		for _, k := range order {
+			if k.dir != d {
+				continue
+			}
+			c := palette[i%len(palette)]
+			i++
+			var pts, mid plotter.XYs
+			var ps, us []float64
+			for _, r := range runs[k] {
+				pts = append(pts, plotter.XY{X: max(r.Delay.P95, 0.1), Y: r.Utilization})
+				ps, us = append(ps, max(r.Delay.P95, 0.1)), append(us, r.Utilization)
+			}
+			mid = append(mid, plotter.XY{X: median(ps), Y: median(us)})
+			s, err := plotter.NewScatter(pts)
+			if err != nil {
+				return err
+			}
+			s.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(2), Shape: draw.CircleGlyph{}}
+			m, err := plotter.NewScatter(mid)
+			if err != nil {
+				return err
+			}
+			m.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(6), Shape: draw.RingGlyph{}}
+			p.Add(s, m)
+			p.Legend.Add(k.scheme, m)
+		}
+		if err := p.Save(5*vg.Inch, 3.5*vg.Inch, filepath.Join(dir, "lab-"+d+".svg")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
