@@ -157,7 +157,10 @@ func (c BudgetConfig) Validate() error {
 //     it: fast only up to 90 % of it, then along CUBIC's window curve (see
 //     plateau): concave up to the ceiling, a plateau there, convex past it, up
 //     to 10 % over it; a rate past that with no delay says the ceiling is no
-//     longer the link's, and it rises as on any link.
+//     longer the link's, and it rises as on any link. Past the plateau, while
+//     the delay shows next to no queue, the rise past the ceiling is a slow
+//     start instead (see slowStart), paced by that evidence, not the curve's
+//     clock: a ceiling that is gone gives way within half a second.
 //   - Unloaded (see unloaded): drift towards base, unless the traffic is
 //     substantial (half of Loaded or more): then hold.
 //
@@ -386,14 +389,14 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 		// the ceiling with no delay (or one a bound set there) says
 		// the ceiling is no longer the link's: its capacity came
 		// back, and the rate rises as on any link to find it.
-		if in.Now.Sub(b.bloatAt) >= plateauAt && t.delay <= t.hold/2 {
-			// Past the plateau, load pressing against the rate with next to
-			// no queue is evidence that the ceiling is gone (see
-			// slowStart): the excess over it grows as fast as that
-			// evidence comes in, not as the curve's clock allows.
-			target = math.Max(target, b.slowStart(rate, t.dt))
-		}
 		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.dt)
+		if in.Now.Sub(b.bloatAt) >= plateauAt && t.delay <= t.hold/2 {
+			// Past the plateau, load pressing against the rate with
+			// next to no queue is evidence that the ceiling is gone:
+			// the rise past it follows that evidence (see slowStart),
+			// not the curve's clock.
+			next = math.Max(next, math.Min(b.slowStart(rate, t.dt), rate*(1+step*headroom*t.dt)))
+		}
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
 	next := rate * (1 + step*headroom*t.dt)
@@ -579,24 +582,28 @@ func (b *Budget) plateau(now time.Time) float64 {
 }
 
 // slowStartLag is how long a queue that a rise builds takes to show in the
-// delay: a round trip, the probes' spacing and a tick. slowStartFrom is the
-// first excess over the ceiling that slowStart tries, as a fraction of it.
+// delay: a round trip, half a round of the reflectors' probes and a tick.
+// slowStartFrom is the first excess over the ceiling that slowStart tries,
+// as a fraction of it.
 const (
 	slowStartLag  = 150 * time.Millisecond
 	slowStartFrom = 0.02
 )
 
 // slowStart is the rate past the ceiling, from rate, after dt seconds in
-// which the delay showed no queue: the excess over the ceiling (at least
-// slowStartFrom of it) doubles every slowStartLag, as TCP's slow start
-// doubles its window every round trip that brings no loss. A real ceiling
-// (the capacity just above it, where mark put it) shows as delay within a
-// lag of the crossing, while the excess is still a few per cent; a ceiling
-// that is gone lets the excess reach the zone's end, 10 % over it, within
-// about 3.3 lags, and the rise is Step's from there.
+// which the delay showed next to no queue: the excess over the ceiling (at
+// least slowStartFrom of it) doubles every slowStartLag, as TCP's slow start
+// doubles its window every round trip that brings no loss. A ceiling still
+// the link's (its capacity a few per cent over it, where mark put it) shows
+// as delay while the excess is a few per cent, and the ease that follows
+// marks it again; one that is gone lets the excess reach the zone's end, 10 %
+// over it, within about 2.3 lags, and the rise is Step's from there.
 func (b *Budget) slowStart(rate, dt float64) float64 {
+	// One observation vouches for one lag at most: after a gap between
+	// calls the excess doubles once, not once per lag of the gap.
+	lags := math.Min(dt/slowStartLag.Seconds(), 1)
 	excess := math.Max(rate-b.bloatRate, slowStartFrom*b.bloatRate)
-	return b.bloatRate + excess*math.Exp2(dt/slowStartLag.Seconds())
+	return b.bloatRate + excess*math.Exp2(lags)
 }
 
 // zone is where the gentle zone starts, as a fraction of the ceiling: 90 %,

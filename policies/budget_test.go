@@ -773,10 +773,32 @@ func TestBudgetProbe(t *testing.T) {
 			want:  then(ceilingCuts, rose),
 		},
 		{
-			// 4 s after the mark: 1 + 0.1 (1/3)³ of the ceiling.
-			name:  "convex past the ceiling after plateauAt",
+			// 4 s after the mark, with a little queue (over half the
+			// halved Hold): 1 + 0.1 (1/3)³ of the ceiling.
+			name: "convex past the ceiling after plateauAt",
+			steps: after(ceiling, budgetStep{at: 4600 * time.Millisecond, rate: ceil, delta: millis(4), achieved: ceil,
+				load: 1}),
+			want: then(ceilingCuts, exactly(reasonProbe, ceil*plateau(4, 0.9))),
+		},
+		{
+			// With next to no queue past plateauAt the ceiling may be
+			// gone: faster than the curve, but one call vouches for one
+			// doubling of the excess only, within the zone.
+			name:  "past plateauAt with no queue a slow start",
 			steps: after(ceiling, probe(4600*time.Millisecond, ceil)),
-			want:  then(ceilingCuts, exactly(reasonProbe, ceil*plateau(4, 0.9))),
+			want:  then(ceilingCuts, rose.atLeast(1.01*ceil).atMost(1.1*ceil)),
+		},
+		{
+			// Calls every 50ms with no queue: the excess over the
+			// ceiling doubles every 150ms, and the rate is past the
+			// zone's end, its ceiling given way, within half a second.
+			name: "a ceiling that is gone gives way within half a second",
+			steps: after(ceiling, probe(3600*time.Millisecond, ceil),
+				probe(3650*time.Millisecond, 1.03*ceil), probe(3700*time.Millisecond, 1.04*ceil),
+				probe(3750*time.Millisecond, 1.05*ceil), probe(3800*time.Millisecond, 1.065*ceil),
+				probe(3850*time.Millisecond, 1.08*ceil), probe(3900*time.Millisecond, 1.1*ceil),
+				probe(3950*time.Millisecond, 1.12*ceil)),
+			want: then(ceilingCuts, rose, rose, rose, rose, rose, rose, rose, rose.atLeast(1.12*ceil*1.05)),
 		},
 		{
 			// 8 s after the mark the curve stands at 1.46 times the

@@ -131,6 +131,38 @@ func TestReaction(t *testing.T) {
 	}
 }
 
+// The simulator scores a rise's recovery for a shaped scheme, none for an
+// unshaped one or a constant link.
+func TestRecovery(t *testing.T) {
+	rise := mustSchedule(t, "5mbit@0s,20mbit@3s")
+	tests := []struct {
+		scheme string
+		link   *sim.Trace
+		want   bool
+	}{
+		{scheme: "oracle", link: rise, want: true},
+		{scheme: "autoshape", link: rise, want: true},
+		{scheme: "unshaped", link: rise},
+		{scheme: "autoshape", link: mustSchedule(t, "10mbit")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.scheme+" "+tt.link.Name, func(t *testing.T) {
+			r := run(t, sim.Config{Down: tt.link, Duration: 8 * time.Second, Seed: 1}, scheme(t, tt.scheme))[0]
+			if got := r.RecoveryS != nil; got != tt.want {
+				t.Fatalf("recovery_s present = %v, want %v", got, tt.want)
+			}
+			if !tt.want {
+				return
+			}
+			// The rise is at 3s of 8s: a recovery takes at least a window
+			// and at most the 5s left.
+			if len(r.Recoveries) != 1 || len(r.RiseWorstDelayMs) != 1 || *r.RecoveryS < sim.RecoveryWindow.Seconds() || *r.RecoveryS > 5 {
+				t.Errorf("recovery_s = %v, recoveries %v, worst delays %v: want one in [0.5, 5]", *r.RecoveryS, r.Recoveries, r.RiseWorstDelayMs)
+			}
+		})
+	}
+}
+
 // Any link a schedule can describe must simulate: the bounds derived from a
 // very slow trace must still satisfy min <= base <= max.
 func TestSlowLink(t *testing.T) {
@@ -264,6 +296,106 @@ func TestScoreDelaysLostProbes(t *testing.T) {
 	}
 	if want := 1.0 / 37; math.Abs(r.OverBudget-want) > 1e-9 {
 		t.Errorf("over budget %v, want %v", r.OverBudget, want)
+	}
+}
+
+// ScoreRecoveries times each rise of the capacity to the end of the first
+// RecoveryWindow (five 100 ms intervals) whose mean goodput reaches 90 % of
+// the new capacity.
+func TestScoreRecoveries(t *testing.T) {
+	every := 100 * time.Millisecond
+	// series is 1 s at before, then the given goodputs, then after for ever
+	// (to 5 s in all): one value per 100 ms interval.
+	series := func(before float64, ramp []float64, after float64) []float64 {
+		var out []float64
+		for range 10 {
+			out = append(out, before)
+		}
+		out = append(out, ramp...)
+		for len(out) < 50 {
+			out = append(out, after)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		sched   string
+		goodput []float64
+		dur     time.Duration
+		want    []float64 // nil: no recovery scored
+	}{
+		{
+			name:    "at once: the first window after the rise",
+			sched:   "10mbit@0s,40mbit@1s",
+			goodput: series(10, nil, 40),
+			dur:     5 * time.Second,
+			want:    []float64{0.5},
+		},
+		{
+			// Windows ending at 1.6, 1.7, 1.8 s average 21.2, 27.2 and
+			// 33.2 Mbit/s; the one ending at 1.9 s, 37.2.
+			name:    "a ramp: the end of the first window at 36 Mbit/s",
+			sched:   "10mbit@0s,40mbit@1s",
+			goodput: series(10, []float64{10, 10, 10, 20, 30, 36, 40, 40, 40}, 40),
+			dur:     5 * time.Second,
+			want:    []float64{0.9},
+		},
+		{
+			name:    "one interval at the capacity is not enough",
+			sched:   "10mbit@0s,40mbit@1s",
+			goodput: series(10, []float64{40, 10, 10, 10, 10, 10, 10}, 40),
+			dur:     5 * time.Second,
+			want:    []float64{1.2},
+		},
+		{
+			name:    "never: until the next change",
+			sched:   "10mbit@0s,40mbit@1s,10mbit@3s",
+			goodput: series(10, nil, 30),
+			dur:     5 * time.Second,
+			want:    []float64{2},
+		},
+		{
+			name:    "never: until the run's end",
+			sched:   "10mbit@0s,40mbit@1s",
+			goodput: series(10, nil, 30),
+			dur:     5 * time.Second,
+			want:    []float64{4},
+		},
+		{
+			name:    "a rise under RiseFactor is not scored",
+			sched:   "10mbit@0s,14mbit@1s",
+			goodput: series(10, nil, 14),
+			dur:     5 * time.Second,
+		},
+		{
+			name:    "nor one after the run's end",
+			sched:   "10mbit@0s,40mbit@6s",
+			goodput: series(10, nil, 10),
+			dur:     5 * time.Second,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r sim.Result
+			sim.ScoreRecoveries(&r, tt.goodput, every, mustSchedule(t, tt.sched), tt.dur, true)
+			if diff := cmp.Diff(tt.want, r.Recoveries); diff != "" {
+				t.Fatalf("recoveries mismatch (-want +got):\n%s", diff)
+			}
+			if tt.want == nil {
+				if r.RecoveryS != nil {
+					t.Errorf("recovery_s = %v, want none", *r.RecoveryS)
+				}
+				return
+			}
+			if r.RecoveryS == nil || *r.RecoveryS != slices.Max(tt.want) {
+				t.Errorf("recovery_s = %v, want the worst, %v", r.RecoveryS, slices.Max(tt.want))
+			}
+		})
+	}
+	var r sim.Result
+	sim.ScoreRecoveries(&r, series(10, nil, 40), every, mustSchedule(t, "10mbit@0s,40mbit@1s"), 5*time.Second, false)
+	if r.RecoveryS != nil || r.Recoveries != nil {
+		t.Errorf("unshaped: recoveries %v, want none", r.Recoveries)
 	}
 }
 

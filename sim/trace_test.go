@@ -294,6 +294,25 @@ func TestDropsAndDefaultDuration(t *testing.T) {
 	}
 }
 
+func TestRises(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []time.Duration
+	}{
+		{in: "40mbit@0s,10mbit@30s,40mbit@60s", want: []time.Duration{60 * time.Second}},
+		{in: "10mbit@0s,15mbit@10s,20mbit@20s", want: []time.Duration{10 * time.Second}},
+		{in: "10mbit@0s,14mbit@10s", want: nil}, // under RiseFactor
+		{in: "20mbit", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, mustSchedule(t, tt.in).Rises()); diff != "" {
+				t.Errorf("Rises() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestLoadTrace(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.trace")
