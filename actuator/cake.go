@@ -368,7 +368,7 @@ func (c *cake) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 	if from+8 > bps && bps+8 > from && !held.Autorate {
 		return from, false, nil
 	}
-	err = c.conn.Qdisc().Change(obj)
+	err = c.change(obj)
 	switch {
 	case err == nil:
 		return from, true, nil
@@ -381,6 +381,16 @@ func (c *cake) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 		return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d (changing traffic control needs CAP_NET_ADMIN): %w", ifindex, err)
 	}
 	return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
+}
+
+// change sends the rate change obj (from cakeRateChange) as one request,
+// read with one system call (see tcConn.exec).
+func (c *cake) change(obj *tc.Object) error {
+	errs, err := c.conn.exec([]tcWrite{cakeRateWrite(obj.Ifindex, obj.Handle, *obj.Cake.BaseRate)})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }
 
 // Stats reads the counters of ifindex's root cake qdisc, with one request

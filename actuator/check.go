@@ -56,7 +56,7 @@ func (l *Link) Check() ([]Drift, error) {
 		}
 		return nil, linkErr("read interface", l.iface, err)
 	}
-	qdiscs, err := l.conn.Qdisc().Get()
+	qdiscs, err := l.conn.qdiscs()
 	if err != nil {
 		return nil, fmt.Errorf("failed to list qdiscs: %w", kernelErr(err))
 	}

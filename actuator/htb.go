@@ -270,16 +270,15 @@ func (h *htb) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 	// The leaf first, so that a retry after a failed class write finds the
 	// old rate and does both again. A leaf class reports its qdisc's
 	// handle in tcm_info; only a leaf autoshape made can be its bfifo.
+	var leaves []leafSize
 	if class.Info == htbLeafHandle {
-		if err := h.resizeLeaf(ifindex, htbLeafHandle, class.Handle, bfifoLimit(bytes)); err != nil {
-			return from, false, opErr(op, ifindex, err)
-		}
+		leaves = append(leaves, leafSize{htbLeafHandle, class.Handle, bfifoLimit(bytes)})
 	}
-	err = h.conn.Class().Replace(&tc.Object{
-		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: class.Handle, Parent: class.Parent},
-		Attribute: tc.Attribute{Kind: "htb", Htb: opts},
-	})
+	w, err := htbClassWrite(ifindex, class.Handle, class.Parent, opts)
 	if err != nil {
+		return from, false, opErr(op, ifindex, err)
+	}
+	if err := h.write(ifindex, leaves, []tcWrite{w}); err != nil {
 		return from, false, opErr(op, ifindex, err)
 	}
 	return from, true, nil
@@ -319,32 +318,36 @@ func keptOptions(c *tc.Htb, rate, ceil uint64) *tc.Htb {
 	return htbChildOptions(rate, ceil, old.Rate, quantum, old.Prio)
 }
 
-// resizeLeaf sets the bfifo leaf qdisc handle under class parent to limit
-// bytes; it leaves any other kind of leaf alone.
-func (h *htb) resizeLeaf(ifindex, handle, parent, limit uint32) error {
-	return h.resizeLeaves(ifindex, leafSize{handle, parent, limit})
-}
-
 // A leafSize is a bfifo leaf's handle, its class and its size in bytes.
 type leafSize struct{ handle, parent, limit uint32 }
 
-// resizeLeaves sets each bfifo leaf to its size; it leaves any other kind
-// of leaf alone. It writes without reading first: the kernel changes a
-// qdisc only when it is the one the request names, the bfifo with the
-// handle under the class, and otherwise refuses (EINVAL for another kind
-// with that handle, EEXIST for another handle, ENOENT for the kernel's
-// default leaf), changing nothing.
-func (h *htb) resizeLeaves(ifindex uint32, leaves ...leafSize) error {
+// write resizes each bfifo leaf and then makes the class writes, all in
+// one batch, in that order, and returns the first class write's error. A
+// leaf is resized without reading it first: the kernel changes a qdisc
+// only when it is the one the request names, the bfifo with the handle
+// under the class, and otherwise refuses (EINVAL for another kind with
+// that handle, EEXIST for another handle, ENOENT for the kernel's default
+// leaf), changing nothing; such a leaf is left alone.
+func (h *htb) write(ifindex uint32, leaves []leafSize, classes []tcWrite) error {
+	writes := make([]tcWrite, 0, len(leaves)+len(classes))
 	for _, l := range leaves {
-		err := h.conn.Qdisc().Change(&tc.Object{
-			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: l.handle, Parent: l.parent},
-			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: l.limit}},
-		})
+		writes = append(writes, bfifoWrite(ifindex, l.handle, l.parent, l.limit))
+	}
+	writes = append(writes, classes...)
+	errs, err := h.conn.exec(writes)
+	if err != nil {
+		return err
+	}
+	for i, err := range errs {
 		switch {
-		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
-			continue // another kind of leaf, or none
-		case err != nil:
+		case err == nil:
+		case i < len(leaves) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOENT)):
+			// another kind of leaf, or none
+		case i < len(leaves):
+			l := leaves[i]
 			return fmt.Errorf("failed to resize bfifo leaf %s to %d bytes: %w", handleString(l.handle), l.limit, err)
+		default:
+			return fmt.Errorf("failed to change class %s: %w", handleString(writes[i].handle), err)
 		}
 	}
 	return nil
@@ -374,7 +377,7 @@ func (h *htb) Stats(ifindex uint32) (Stats, error) {
 // works on; any other root gives an error wrapping ErrNoQdisc that names
 // it.
 func (h *htb) checkRoot(ifindex uint32) (tc.Object, error) {
-	qdiscs, err := h.conn.Qdisc().Get()
+	qdiscs, err := h.conn.qdiscs()
 	if err != nil {
 		return tc.Object{}, fmt.Errorf("failed to read qdiscs: %w", err)
 	}
@@ -442,7 +445,7 @@ func (h *htb) class(ifindex uint32) (tc.Object, error) {
 
 // classes reads the traffic control classes of ifindex.
 func (h *htb) classes(ifindex uint32) ([]tc.Object, error) {
-	classes, err := h.conn.Class().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex})
+	classes, err := h.conn.classes(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read classes: %w", err)
 	}

@@ -201,45 +201,40 @@ func findSplit(classes []tc.Object, top uint32) (children [2]tc.Object, ok bool)
 // both children to their shares with the rate as ceiling, and both bfifos
 // to their sizes at the rate. Each keeps its link layer, overhead, MPU,
 // quantum and priority as the kernel holds them, and only what differs is
-// written. The top class is written last: Rate reads it, so after a failure
-// part-way the rate still reads as the old one and the next SetRate does
-// what is left.
+// written, so that after a failure part-way the next SetRate does what is
+// left. All go in one batch, leaves first, the top class last.
 func (h *htb) setSplitRate(ifindex uint32, bytes uint64, class tc.Object, top *tc.Htb, children [2]tc.Object) (bool, error) {
-	type write struct {
-		handle, parent uint32
-		opts           *tc.Htb
+	var writes []tcWrite
+	add := func(handle, parent uint32, opts *tc.Htb) error {
+		w, err := htbClassWrite(ifindex, handle, parent, opts)
+		writes = append(writes, w)
+		return err
 	}
-	var writes []write
-	for i, c := range htbSplit(bytes) {
+	split := htbSplit(bytes)
+	for i, c := range split {
 		want := keptOptions(children[i].Htb, c.rate, bytes)
-		if !sameClassRate(children[i].Htb, want) {
-			writes = append(writes, write{children[i].Handle, class.Handle, want})
+		if sameClassRate(children[i].Htb, want) {
+			continue
+		}
+		if err := add(children[i].Handle, class.Handle, want); err != nil {
+			return false, err
 		}
 	}
 	if !sameClassRate(class.Htb, top) {
-		writes = append(writes, write{class.Handle, class.Parent, top})
+		if err := add(class.Handle, class.Parent, top); err != nil {
+			return false, err
+		}
 	}
 	if len(writes) == 0 {
 		return false, nil
 	}
 	// The leaves first, as in the single-class tree: the class writes
 	// after them are the ones a retry finds undone.
-	split := htbSplit(bytes)
-	if err := h.resizeLeaves(ifindex,
-		leafSize{split[0].leaf, children[0].Handle, split[0].fifoLimit},
-		leafSize{split[1].leaf, children[1].Handle, split[1].fifoLimit}); err != nil {
-		return false, err
-	}
-	for _, w := range writes {
-		err := h.conn.Class().Replace(&tc.Object{
-			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: w.handle, Parent: w.parent},
-			Attribute: tc.Attribute{Kind: "htb", Htb: w.opts},
-		})
-		if err != nil {
-			return true, fmt.Errorf("failed to change class %s: %w", handleString(w.handle), err)
-		}
-	}
-	return true, nil
+	err := h.write(ifindex, []leafSize{
+		{split[0].leaf, children[0].Handle, split[0].fifoLimit},
+		{split[1].leaf, children[1].Handle, split[1].fifoLimit},
+	}, writes)
+	return true, err
 }
 
 // handleString writes a handle as tc prints it: "a5:11", "12:".

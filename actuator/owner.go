@@ -77,7 +77,7 @@ func (r rootQdisc) String() string {
 // readRoot returns ifindex's root qdisc; an interface without one gives the
 // zero rootQdisc.
 func readRoot(conn *tcConn, ifindex uint32) (rootQdisc, error) {
-	qs, err := conn.Qdisc().Get()
+	qs, err := conn.qdiscs()
 	if err != nil {
 		return rootQdisc{}, fmt.Errorf("failed to list qdiscs: %w", err)
 	}

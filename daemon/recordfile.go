@@ -102,16 +102,16 @@ func (f *RecordFile) Configure(path string, maxBytes int64) {
 // the file, and that the file still ends with a whole line (or is cut back
 // to one before the next record).
 func (f *RecordFile) Write(d controller.Decision) error {
-	line, err := json.Marshal(d.Record())
-	if err != nil {
-		return err
-	}
-	line = append(line, '\n')
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.path == "" {
 		return nil
 	}
+	line, err := json.Marshal(d.Record())
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
 	err = f.append(line)
 	f.account(err)
 	return err
