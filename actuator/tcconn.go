@@ -2,14 +2,12 @@ package actuator
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -19,13 +17,19 @@ import (
 )
 
 // A tcConn is go-tc's traffic control connection together with a plain
-// netlink connection in the same namespace, for the one request go-tc does
-// not make: reading a single qdisc (go-tc only dumps every qdisc of the
-// namespace, and decodes none of CAKE's statistics).
+// netlink socket in the same namespace, for what go-tc does not do or does
+// at a cost: reading a single qdisc (go-tc only dumps every qdisc of the
+// namespace, and decodes none of CAKE's statistics), listing, and the rate
+// changes of a busy link (tcwire.go).
+//
+// The socket is outside the Go runtime's poller, like the probes' sockets:
+// it is read and written with system calls that never wait, and the rare
+// answer that is not there yet is waited for with poll(2). In the poller,
+// every exchange on it left a write-readiness event that the scheduler
+// then collected with an extra epoll_pwait on every tick.
 type tcConn struct {
 	*tc.Tc
-	raw *netlink.Conn
-	rc  syscall.RawConn // raw's descriptor
+	fd int // the socket's descriptor, non-blocking
 
 	mu   sync.Mutex    // a request and its answer, whole
 	seq  uint32        // the last request's sequence number
@@ -40,21 +44,37 @@ func dialTC(netns int) (*tcConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: netns})
+	fd, err := dialRaw(netns)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	// Best effort: with extended acknowledgements the kernel says which
-	// check failed ("Invalid handle").
+	return &tcConn{Tc: t, fd: fd, seq: rand.Uint32(), buf: make([]byte, answerBuffer), wait: replyWait}, nil
+}
+
+// dialRaw opens a NETLINK_ROUTE socket in netns with extended
+// acknowledgements (best effort: with them the kernel says which check
+// failed, "Invalid handle"), and returns a duplicate of its descriptor,
+// taken out of the runtime's poller.
+func dialRaw(netns int) (int, error) {
+	raw, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: netns})
+	if err != nil {
+		return -1, err
+	}
+	defer raw.Close() // which takes raw's own descriptor out of the poller
 	_ = raw.SetOption(netlink.ExtendedAcknowledge, true)
 	rc, err := raw.SyscallConn()
 	if err != nil {
-		t.Close()
-		raw.Close()
-		return nil, err
+		return -1, err
 	}
-	return &tcConn{Tc: t, raw: raw, rc: rc, seq: rand.Uint32(), buf: make([]byte, answerBuffer), wait: replyWait}, nil
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", derr)
+	}
+	return fd, nil
 }
 
 // answerBuffer is the size of the buffer answers are read into. The
@@ -64,7 +84,12 @@ const answerBuffer = 32 << 10
 
 // Close closes both connections.
 func (c *tcConn) Close() error {
-	return errors.Join(c.Tc.Close(), c.raw.Close())
+	var err error
+	if c.fd >= 0 {
+		err = os.NewSyscallError("close", unix.Close(c.fd))
+		c.fd = -1
+	}
+	return errors.Join(c.Tc.Close(), err)
 }
 
 // getRoot reads ifindex's root qdisc, when it is the qdisc of the kind with
@@ -177,52 +202,46 @@ const replyWait = 10 * time.Second
 
 // send sends one request; a full buffer is an error, not a wait.
 func (c *tcConn) send(b []byte) error {
-	var err error
-	cerr := c.rc.Control(func(fd uintptr) {
-		for {
-			_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
-			if e == unix.EINTR {
-				continue
-			}
-			if e != 0 {
-				err = os.NewSyscallError("sendto", e)
-			}
-			return
+	for {
+		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
 		}
-	})
-	return cmp.Or(cerr, err)
+		return os.NewSyscallError("sendto", e)
+	}
 }
 
 // receive reads one datagram into c.buf and returns its length, waiting
-// (up to c.wait) only when none is there.
+// (up to c.wait, then os.ErrDeadlineExceeded) only when none is there.
 func (c *tcConn) receive() (int, error) {
-	var n int
-	var errno unix.Errno
-	read := func(fd uintptr) bool {
-		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.buf[0])), uintptr(len(c.buf)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
-		n, errno = int(r), e
-		return e != unix.EAGAIN && e != unix.EINTR
-	}
-	if err := c.rc.Control(func(fd uintptr) { read(fd) }); err != nil {
-		return 0, err
-	}
-	if errno == unix.EAGAIN || errno == unix.EINTR {
-		if err := c.raw.SetReadDeadline(time.Now().Add(c.wait)); err != nil {
-			return 0, err
+	deadline := time.Now().Add(c.wait)
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&c.buf[0])), uintptr(len(c.buf)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			left := time.Until(deadline)
+			if left <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			// A blocking call, made as one: the scheduler hands the
+			// processor over meanwhile.
+			ms := int((left + time.Millisecond - 1) / time.Millisecond)
+			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}, ms); err != nil && err != unix.EINTR {
+				return 0, os.NewSyscallError("poll", err)
+			}
+			continue
+		case e != 0:
+			return 0, os.NewSyscallError("recvfrom", e)
+		case int(r) > len(c.buf):
+			return 0, fmt.Errorf("a netlink answer of %d bytes, larger than the %d-byte buffer", r, len(c.buf))
 		}
-		err := c.rc.Read(read)
-		_ = c.raw.SetReadDeadline(time.Time{})
-		if err != nil {
-			return 0, err
-		}
+		return int(r), nil
 	}
-	switch {
-	case errno != 0:
-		return 0, os.NewSyscallError("recvfrom", errno)
-	case n > len(c.buf):
-		return 0, fmt.Errorf("a netlink answer of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
-	}
-	return n, nil
 }
 
 // nlmsgHeaderLen is the size of struct nlmsghdr.
