@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -401,4 +402,35 @@ func TestShutdown(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestCheckCadence: an active link's shaping is checked every
+// activeCheckEvery (its counter reads, every tick, fail by themselves when
+// a root goes), and a tick whose counter read fails brings the check
+// forward to the next tick.
+func TestCheckCadence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		td := startDaemon(t, setup{links: []config.Link{testLink("wan")}})
+		s := td.Shaping("wan")
+		td.clock.Advance(10 * time.Second)
+		checks := s.Checks()
+		var gaps []time.Duration
+		for i := 1; i < len(checks); i++ {
+			if checks[i] > 4*time.Second {
+				gaps = append(gaps, checks[i]-checks[i-1])
+			}
+		}
+		if len(gaps) == 0 || slices.ContainsFunc(gaps, func(g time.Duration) bool { return g != 3*time.Second }) {
+			t.Errorf("checks at %v: want one every 3s on the active link", checks)
+		}
+		s.shapers[estimator.Down].fail.Store(true)
+		failAt := td.clock.Since()
+		td.clock.Advance(2 * controller.DefaultTick)
+		if last := s.Checks()[len(s.Checks())-1]; last <= failAt {
+			t.Errorf("checks at %v: none after the counter read failed at %v, want one at the next tick", s.Checks(), failAt)
+		}
+		if err := td.Stop(); err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
 }

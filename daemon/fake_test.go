@@ -32,6 +32,7 @@ type fakeShaper struct {
 	clock *probetest.FakeClock
 	iface string
 	quiet atomic.Bool
+	fail  atomic.Bool // Stats fails, as on a root that is gone
 
 	mu     sync.Mutex
 	rate   uint64 // what the "kernel" holds, bit/s
@@ -52,12 +53,15 @@ func (s *fakeShaper) SetRate(_ context.Context, bps uint64) (controller.Change, 
 func (s *fakeShaper) Stats(context.Context) (controller.ShaperStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stats++
+	if s.fail.Load() {
+		return controller.ShaperStats{}, errors.New("the root qdisc is gone")
+	}
 	now := s.clock.Now()
 	if !s.last.IsZero() && !s.quiet.Load() {
 		s.bytes += 0.95 * float64(s.rate) / 8 * now.Sub(s.last).Seconds()
 	}
 	s.last = now
-	s.stats++
 	return controller.ShaperStats{Bytes: uint64(s.bytes)}, nil
 }
 
@@ -89,6 +93,7 @@ type fakeShaping struct {
 
 	mu              sync.Mutex
 	drift           []actuator.Drift // reported by the next Check
+	checks          []time.Duration  // when Check ran, from the clock's start
 	removed, closed bool
 }
 
@@ -99,9 +104,17 @@ func (s *fakeShaping) Shapers() [2]controller.Shaper {
 func (s *fakeShaping) Check() ([]actuator.Drift, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.checks = append(s.checks, s.shapers[0].clock.Since())
 	d := s.drift
 	s.drift = nil
 	return d, nil
+}
+
+// Checks returns when Check ran.
+func (s *fakeShaping) Checks() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.checks)
 }
 
 func (s *fakeShaping) Remove() error {

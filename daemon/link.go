@@ -314,9 +314,13 @@ func takeSamples(c <-chan estimator.Sample, add func(estimator.Sample)) {
 	}
 }
 
-// idleCheckEvery is how often the shaping of an idle link is compared
-// with the kernel's.
-const idleCheckEvery = 5 * time.Second
+// idleCheckEvery and activeCheckEvery are how often the shaping of an
+// idle and of an active link are compared with the kernel's; otherwise
+// (starting, stalled) it is every second.
+const (
+	idleCheckEvery   = 5 * time.Second
+	activeCheckEvery = 3 * time.Second
+)
 
 // tickPeriod is the control interval for the controller's state.
 func (l *linkLoop) tickPeriod() time.Duration {
@@ -340,12 +344,19 @@ func (l *linkLoop) onCheck(now time.Time) {
 		l.ctrl.Reattach(l.shapers)
 	}
 	// While the interface is away, look less often; while the link is
-	// idle too, as a shaping rebuilt then has nothing to shape yet.
+	// idle too, as a shaping rebuilt then has nothing to shape yet. While
+	// it is active, every tick reads both roots' counters with a request
+	// that fails when the root is no longer autoshape's (or the IFB is
+	// gone), and a failing tick brings the check forward (onTick): the
+	// check has only what those reads do not see to find, a class, the
+	// ingress qdisc or the redirect gone.
 	switch {
 	case err != nil:
 		l.checkEvery = min(2*l.checkEvery, 10*time.Second)
 	case l.ctrl.State() == controller.Idle:
 		l.checkEvery = idleCheckEvery
+	case l.ctrl.State() == controller.Active:
+		l.checkEvery = activeCheckEvery
 	default:
 		l.checkEvery = time.Second
 	}
@@ -383,6 +394,9 @@ func (l *linkLoop) onTick(ctx context.Context, now time.Time) {
 	// did.
 	if err != nil && !l.failing {
 		l.log.Warn("failed to apply a rate", zap.Error(err))
+		// The check, at the next tick, says why and mends what is
+		// autoshape's.
+		l.nextCheck = now
 	}
 	l.failing = err != nil
 }
