@@ -84,6 +84,8 @@ const answerBuffer = 32 << 10
 
 // Close closes both connections.
 func (c *tcConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var err error
 	if c.fd >= 0 {
 		err = os.NewSyscallError("close", unix.Close(c.fd))

@@ -139,13 +139,16 @@ func TestReceiveWaits(t *testing.T) {
 		attrs, _ := ae.Encode()
 		return append(b, attrs...)
 	}())
+	sent := make(chan struct{})
 	go func() {
+		defer close(sent)
 		time.Sleep(50 * time.Millisecond)
 		if err := c.send(req); err != nil {
 			t.Errorf("send: %v", err)
 		}
 	}()
 	n, err := c.receive()
+	<-sent
 	if err != nil {
 		t.Fatalf("receive while a request is sent: %v", err)
 	}
