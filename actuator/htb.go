@@ -327,7 +327,9 @@ type leafSize struct{ handle, parent, limit uint32 }
 // only when it is the one the request names, the bfifo with the handle
 // under the class, and otherwise refuses (EINVAL for another kind with
 // that handle, EEXIST for another handle, ENOENT for the kernel's default
-// leaf), changing nothing; such a leaf is left alone.
+// leaf), changing nothing; such a leaf is left alone. A leaf that fails
+// for another reason is reported, but the classes after it in the batch
+// are written all the same: its size is set again at the next rate change.
 func (h *htb) write(ifindex uint32, leaves []leafSize, classes []tcWrite) error {
 	writes := make([]tcWrite, 0, len(leaves)+len(classes))
 	for _, l := range leaves {
