@@ -157,42 +157,47 @@ func (c *tcConn) get(flags netlink.HeaderFlags, data []byte) (*qdiscMessage, err
 	defer c.mu.Unlock()
 	c.seq++
 	seq := c.seq
-	req := make([]byte, nlmsgHeaderLen+len(data))
-	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
-	binary.NativeEndian.PutUint16(req[4:], unix.RTM_GETQDISC)
-	binary.NativeEndian.PutUint16(req[6:], uint16(flags))
-	binary.NativeEndian.PutUint32(req[8:], seq)
-	copy(req[nlmsgHeaderLen:], data)
-	if err := c.send(req); err != nil {
+	if err := c.send(appendNlmsg(nil, unix.RTM_GETQDISC, flags, seq, data)); err != nil {
 		return nil, &netlink.OpError{Op: "send", Err: err}
 	}
+	var got *qdiscMessage
+	err := c.answers(func(m netlink.Message) (bool, error) {
+		if m.Header.Sequence != seq {
+			return false, nil // left from a request that failed half-way
+		}
+		switch m.Header.Type {
+		case netlink.Error:
+			return true, replyError(m) // nil: an acknowledgement alone
+		case unix.RTM_NEWQDISC:
+			// The buffer is the connection's: what is returned must
+			// not point into it.
+			q, err := decodeQdiscMessage(bytes.Clone(m.Data))
+			got = &q
+			return true, err
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// answers reads datagrams and hands their messages, in order, to take,
+// until take says it is done or fails; its error is returned as it is.
+func (c *tcConn) answers(take func(m netlink.Message) (done bool, err error)) error {
 	for {
 		n, err := c.receive()
 		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
+			return &netlink.OpError{Op: "receive", Err: err}
 		}
 		msgs, err := splitMessages(c.buf[:n])
 		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
+			return &netlink.OpError{Op: "receive", Err: err}
 		}
 		for _, m := range msgs {
-			if m.Header.Sequence != seq {
-				continue // left from a request that failed half-way
-			}
-			switch m.Header.Type {
-			case netlink.Error:
-				if err := replyError(m); err != nil {
-					return nil, err
-				}
-				return nil, nil // an acknowledgement alone
-			case unix.RTM_NEWQDISC:
-				// The buffer is the connection's: what is returned
-				// must not point into it.
-				got, err := decodeQdiscMessage(bytes.Clone(m.Data))
-				if err != nil {
-					return nil, err
-				}
-				return &got, nil
+			if done, err := take(m); done || err != nil {
+				return err
 			}
 		}
 	}

@@ -104,26 +104,18 @@ func (c *tcConn) exec(writes []tcWrite) (errs []error, err error) {
 		return nil, &netlink.OpError{Op: "send", Err: err}
 	}
 	errs = make([]error, len(writes))
-	for {
-		n, err := c.receive()
-		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
+	err = c.answers(func(m netlink.Message) (bool, error) {
+		seq := m.Header.Sequence
+		if seq-first > last-first || m.Header.Type != netlink.Error {
+			return false, nil // left from a request that failed half-way
 		}
-		msgs, err := splitMessages(c.buf[:n])
-		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
-		}
-		for _, m := range msgs {
-			seq := m.Header.Sequence
-			if seq-first > last-first || m.Header.Type != netlink.Error {
-				continue // left from a request that failed half-way
-			}
-			errs[seq-first] = replyError(m)
-			if seq == last {
-				return errs, nil
-			}
-		}
+		errs[seq-first] = replyError(m)
+		return seq == last, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return errs, nil
 }
 
 // dump sends one dump request of the type with the payload and returns
@@ -138,37 +130,29 @@ func (c *tcConn) dump(typ uint16, payload []byte) ([][]byte, error) {
 		return nil, &netlink.OpError{Op: "send", Err: err}
 	}
 	var out [][]byte
-	for {
-		n, err := c.receive()
-		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
+	err := c.answers(func(m netlink.Message) (bool, error) {
+		if m.Header.Sequence != seq {
+			return false, nil
 		}
-		msgs, err := splitMessages(c.buf[:n])
-		if err != nil {
-			return nil, &netlink.OpError{Op: "receive", Err: err}
-		}
-		for _, m := range msgs {
-			if m.Header.Sequence != seq {
-				continue
-			}
-			switch m.Header.Type {
-			case netlink.Error:
-				if err := replyError(m); err != nil {
-					return nil, err
+		switch m.Header.Type {
+		case netlink.Error:
+			return false, replyError(m)
+		case netlink.Done:
+			// NLMSG_DONE carries the dump's outcome, an int.
+			if len(m.Data) >= 4 {
+				if code := int32(binary.NativeEndian.Uint32(m.Data)); code < 0 {
+					return true, &netlink.OpError{Op: "receive", Err: unix.Errno(-code)}
 				}
-			case netlink.Done:
-				// NLMSG_DONE carries the dump's outcome, an int.
-				if len(m.Data) >= 4 {
-					if code := int32(binary.NativeEndian.Uint32(m.Data)); code < 0 {
-						return nil, &netlink.OpError{Op: "receive", Err: unix.Errno(-code)}
-					}
-				}
-				return out, nil
-			default:
-				out = append(out, bytes.Clone(m.Data))
 			}
+			return true, nil
 		}
+		out = append(out, bytes.Clone(m.Data))
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // classes lists ifindex's traffic control classes; HTB classes come with
