@@ -54,6 +54,13 @@ var (
 	clockErr  error
 )
 
+// InitClock reads the packet scheduler's clock into go-tc's core package,
+// once per process. Everything in the process that converts times to ticks
+// with go-tc's core (core.XmitTime) must call it, and nothing may call
+// core.InitializeClock itself: that writes the package's globals, and a
+// second writer races with every reader.
+func InitClock() error { return initClock() }
+
 func initClock() error {
 	clockOnce.Do(func() {
 		if err := core.InitializeClock(); err != nil {

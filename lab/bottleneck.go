@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/sim"
 )
 
@@ -76,15 +76,13 @@ func NewBottleneck(ns, dev string, capacity *sim.Trace, opt BottleneckOptions) (
 	return b, nil
 }
 
-// clockOnce reads the packet scheduler's clock once: HTB's bursts are in
-// its ticks.
-var clockOnce = sync.OnceValue(core.InitializeClock)
-
 // open connects to traffic control in the bottleneck's namespace: the rate
 // follows a trace every FollowEvery, and an exec of tc costs a third of a
 // second inside User-mode Linux.
 func (b *Bottleneck) open() error {
-	if err := clockOnce(); err != nil {
+	// HTB's bursts are in the packet scheduler's ticks; the actuator reads
+	// its clock once for the whole process.
+	if err := actuator.InitClock(); err != nil {
 		return fmt.Errorf("failed to read the packet scheduler clock: %w", err)
 	}
 	h, err := netns.GetFromName(b.ns)
