@@ -26,8 +26,9 @@ type BudgetConfig struct {
 	// Refractory is the least time between two cuts, default 250ms; the wait
 	// also grows with the delay still queued, which a cut needs time to drain.
 	Refractory time.Duration
-	// Step is the largest rise per second, as a fraction of the rate, default
-	// 2 (+200 %/s), reached with the whole headroom below Hold and a quarter
+	// Step is the largest rise per second, as a fraction of the rate, by
+	// default in proportion to the budget (see stepPerBudget): 2 (+200 %/s)
+	// at 15ms, at most 10. It is reached with the whole headroom below Hold and a quarter
 	// of it at Hold, and slowed as the share of recent time over the budget
 	// grows (to a tenth at half the time). Near a ceiling the link has shown
 	// the rise follows a curve of its own (see Budget).
@@ -47,6 +48,16 @@ type BudgetConfig struct {
 	// Decay is the drift towards base per second when unloaded, default 0.02.
 	Decay float64
 }
+
+// stepPerBudget is the default Step per second of budget: 2 (+200 %/s) at
+// the default 15ms. A rise at s per second past the capacity goes on for the
+// lag until the delay shows the queue it builds (a round trip, half a round
+// of the probes and a tick, slowStartLag), and the queue it leaves grows with
+// s, as about s·lag²/2 of delay: so the rise a budget absorbs grows in
+// proportion to the budget. A fixed step made the budget buy little: a larger
+// budget only let the same rise run on a little longer, and a 5ms budget
+// overshot it as far as a 15ms one (docs/frontier.md).
+const stepPerBudget = 2 / 0.015
 
 // DefaultBudgetConfig returns the defaults derived from budget.
 func DefaultBudgetConfig(budget time.Duration) BudgetConfig {
@@ -73,7 +84,7 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 		c.Refractory = 250 * time.Millisecond
 	}
 	if c.Step == 0 {
-		c.Step = 2
+		c.Step = math.Min(stepPerBudget*c.Budget.Seconds(), 10)
 	}
 	if c.Memory == 0 {
 		c.Memory = 10 * time.Second

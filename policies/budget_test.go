@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/policies"
@@ -328,19 +329,37 @@ func TestDefaultBudgetConfig(t *testing.T) {
 			},
 		},
 		{
-			name:   "40ms scales hold, drain and standing only",
-			budget: 40 * time.Millisecond,
+			name:   "45ms scales hold, drain, standing and step",
+			budget: 45 * time.Millisecond,
 			want: policies.BudgetConfig{
-				Budget: 40 * time.Millisecond, Hold: 30 * time.Millisecond, Drain: 800 * time.Millisecond,
-				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2,
-				Memory: 10 * time.Second, Standing: 800 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
+				Budget: 45 * time.Millisecond, Hold: 33750 * time.Microsecond, Drain: 900 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 6,
+				Memory: 10 * time.Second, Standing: 900 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
+			},
+		},
+		{
+			name:   "5ms rises at a third of 15ms's speed",
+			budget: 5 * time.Millisecond,
+			want: policies.BudgetConfig{
+				Budget: 5 * time.Millisecond, Hold: 3750 * time.Microsecond, Drain: 100 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 2.0 / 3,
+				Memory: 10 * time.Second, Standing: 100 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
+			},
+		},
+		{
+			name:   "the step stops at 10 from 75ms",
+			budget: 90 * time.Millisecond,
+			want: policies.BudgetConfig{
+				Budget: 90 * time.Millisecond, Hold: 67500 * time.Microsecond, Drain: 1800 * time.Millisecond,
+				MinCut: 0.5, MaxCut: 0.95, Refractory: 250 * time.Millisecond, Step: 10,
+				Memory: 10 * time.Second, Standing: 1800 * time.Millisecond, Loaded: 0.9, Decay: 0.02,
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := policies.DefaultBudgetConfig(tt.budget)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
 				t.Errorf("DefaultBudgetConfig(%v) mismatch (-want +got):\n%s", tt.budget, diff)
 			}
 			if err := got.Validate(); err != nil {
@@ -933,6 +952,34 @@ func TestBudgetRiseHeadroom(t *testing.T) {
 	}
 	if last := rises[len(rises)-1]; last >= rises[0]/2 {
 		t.Errorf("rise at Hold by %g, not much under the rise with no delay, %g", last, rises[0])
+	}
+}
+
+// TestBudgetRiseScalesWithBudget checks that the rise with no delay is in
+// proportion to the budget: the queue a rise builds before the delay shows
+// it grows with the rise's speed.
+func TestBudgetRiseScalesWithBudget(t *testing.T) {
+	const rate = 40e6
+	rise := func(budget time.Duration) float64 {
+		got := runBudget(t, policies.BudgetConfig{Budget: budget}, wideBounds, []budgetStep{{rate: rate, achieved: rate, load: 1}})
+		if got[0].Reason != reasonProbe {
+			t.Fatalf("budget %v: reason %q, want %q", budget, got[0].Reason, reasonProbe)
+		}
+		return got[0].Rate - rate
+	}
+	base := rise(15 * time.Millisecond)
+	for _, tt := range []struct {
+		budget time.Duration
+		ratio  float64
+	}{
+		{5 * time.Millisecond, 1.0 / 3},
+		{30 * time.Millisecond, 2},
+		{60 * time.Millisecond, 4},
+		{90 * time.Millisecond, 5}, // Step's ceiling, 10
+	} {
+		if got := rise(tt.budget) / base; math.Abs(got-tt.ratio) > 1e-9 {
+			t.Errorf("budget %v rises %g times as far as 15ms, want %g", tt.budget, got, tt.ratio)
+		}
 	}
 }
 

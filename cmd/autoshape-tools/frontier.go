@@ -419,6 +419,10 @@ type runSummary struct {
 	ClassicP95  figure `json:"classic_p95_ms"`
 	// Ratio is autoshape's p95 at classic's utilisation over classic's p95.
 	Ratio figure `json:"p95_ratio_at_classic_utilization"`
+	// OracleRatio is the same ratio for the reference late oracle: the
+	// lowest p95 of any of its points that gets classic's utilisation. Where
+	// it is over a bar, the bar asks more than late perfect knowledge gets.
+	OracleRatio figure `json:"oracle_p95_ratio_at_classic_utilization"`
 	// Gain is the utilisation autoshape gains at classic's p95.
 	Gain figure `json:"utilization_gain_at_classic_p95"`
 	// OracleGap is the mean utilisation the reference late oracle gets over
@@ -440,15 +444,17 @@ type runSummary struct {
 
 // A setSummary holds the medians over a set's direction-runs and its checks.
 type setSummary struct {
-	Set       string  `json:"set"`
-	Runs      int     `json:"runs"`
-	Ratio     figure  `json:"median_p95_ratio"`
-	Gain      figure  `json:"median_utilization_gain"`
-	OracleGap figure  `json:"median_oracle_gap"`
-	Avoidable figure  `json:"median_avoidable_over_budget"`
-	UtilLow   figure  `json:"median_utilization_low_budget"`
-	UtilHigh  figure  `json:"median_utilization_high_budget"`
-	Checks    []check `json:"checks"`
+	Set   string `json:"set"`
+	Runs  int    `json:"runs"`
+	Ratio figure `json:"median_p95_ratio"`
+	// OracleRatio is the reference late oracle's median ratio.
+	OracleRatio figure  `json:"median_oracle_p95_ratio"`
+	Gain        figure  `json:"median_utilization_gain"`
+	OracleGap   figure  `json:"median_oracle_gap"`
+	Avoidable   figure  `json:"median_avoidable_over_budget"`
+	UtilLow     figure  `json:"median_utilization_low_budget"`
+	UtilHigh    figure  `json:"median_utilization_high_budget"`
+	Checks      []check `json:"checks"`
 }
 
 // A check is one acceptance line of issue #19.
@@ -625,6 +631,18 @@ func bestUtil(points []point, d float64) (float64, bool) {
 	return best, ok
 }
 
+// lowestP95 returns the lowest p95 of any point with utilisation u or more
+// (a set of oracles is no curve), +Inf when there is none.
+func lowestP95(points []point, u float64) float64 {
+	best := math.Inf(1)
+	for _, p := range points {
+		if p.util >= u {
+			best = math.Min(best, p.p95)
+		}
+	}
+	return best
+}
+
 // oracleGap is the mean, over the curve's points, of the oracles' best
 // utilisation at the point's p95 or less less the point's own; points that
 // no oracle matches are left out (NaN when none is matched).
@@ -702,7 +720,7 @@ func median(v []float64) float64 {
 
 // seedFigures are one seed's summary figures for one direction-run.
 type seedFigures struct {
-	classicUtil, classicP95, ratio, gain, gap, reach, low, high, room, over, avoidable float64
+	classicUtil, classicP95, ratio, oracleRatio, gain, gap, reach, low, high, room, over, avoidable float64
 }
 
 // figuresFor computes one seed's figures from its points (one per knob, in
@@ -726,7 +744,7 @@ func figuresFor(ks []knob, p []runPoint) seedFigures {
 		}
 	}
 	nan := math.NaN()
-	f := seedFigures{ratio: nan, gain: nan, gap: nan, reach: nan, low: nan, high: nan, room: nan, over: nan, avoidable: nan}
+	f := seedFigures{ratio: nan, oracleRatio: nan, gain: nan, gap: nan, reach: nan, low: nan, high: nan, room: nan, over: nan, avoidable: nan}
 	c := p[classic]
 	f.classicUtil, f.classicP95 = c.util, c.p95
 	if c.p95 > 0 {
@@ -753,6 +771,9 @@ func figuresFor(ks []knob, p []runPoint) seedFigures {
 	}
 	if len(refs) > 0 {
 		f.gap = oracleGap(auto, refs)
+		if c.p95 > 0 {
+			f.oracleRatio = lowestP95(refs, c.util) / c.p95
+		}
 		best, ok := 0.0, false
 		for _, r := range refRuns {
 			if r.p50 <= ms(highBudget) && (!ok || r.util > best) {
@@ -789,6 +810,7 @@ func summarizeRun(cs frontierCase, dir string, ks []knob, pts [][][2]runPoint, d
 		ClassicUtil: med(func(f seedFigures) float64 { return f.classicUtil }),
 		ClassicP95:  med(func(f seedFigures) float64 { return f.classicP95 }),
 		Ratio:       med(func(f seedFigures) float64 { return f.ratio }),
+		OracleRatio: med(func(f seedFigures) float64 { return f.oracleRatio }),
 		Gain:        med(func(f seedFigures) float64 { return f.gain }),
 		OracleGap:   med(func(f seedFigures) float64 { return f.gap }),
 		ReachMs:     med(func(f seedFigures) float64 { return f.reach }),
@@ -820,23 +842,27 @@ func summarizeSet(set string, runs []dirRun) setSummary {
 		return figure(median(v))
 	}
 	ss := setSummary{Set: set, Runs: len(runs),
-		Ratio:     med(func(s runSummary) figure { return s.Ratio }),
-		Gain:      med(func(s runSummary) figure { return s.Gain }),
-		OracleGap: med(func(s runSummary) figure { return s.OracleGap }),
-		Avoidable: med(func(s runSummary) figure { return s.Avoidable }),
-		UtilLow:   med(func(s runSummary) figure { return s.UtilLow }),
-		UtilHigh:  med(func(s runSummary) figure { return s.UtilHigh }),
+		Ratio:       med(func(s runSummary) figure { return s.Ratio }),
+		OracleRatio: med(func(s runSummary) figure { return s.OracleRatio }),
+		Gain:        med(func(s runSummary) figure { return s.Gain }),
+		OracleGap:   med(func(s runSummary) figure { return s.OracleGap }),
+		Avoidable:   med(func(s runSummary) figure { return s.Avoidable }),
+		UtilLow:     med(func(s runSummary) figure { return s.UtilLow }),
+		UtilHigh:    med(func(s runSummary) figure { return s.UtilHigh }),
 	}
 	name := func(r dirRun) string { return r.Case + " " + r.Dir }
 	var over, far, flat []string
-	within, roomy := 0, 0
+	within, roomy, oracleWithin := 0, 0, 0
 	for _, r := range runs {
 		s := r.Summary
 		if v := float64(s.Ratio); !(v <= ratioWorstRun) {
-			over = append(over, fmt.Sprintf("%s %s", name(r), fmtFig(s.Ratio, "%.2f")))
+			over = append(over, fmt.Sprintf("%s %s (oracle %s)", name(r), fmtFig(s.Ratio, "%.2f"), fmtFig(s.OracleRatio, "%.2f")))
 		}
 		if v := float64(s.Ratio); v <= ratioMedian {
 			within++
+		}
+		if v := float64(s.OracleRatio); v <= ratioMedian {
+			oracleWithin++
 		}
 		if v := float64(s.ReachMs); !(v <= ms(reachBudget)) {
 			far = append(far, fmt.Sprintf("%s %s", name(r), fmtFig(s.ReachMs, "%.0f ms")))
@@ -851,8 +877,9 @@ func summarizeSet(set string, runs []dirRun) setSummary {
 	list := func(v []string) string { return strings.Join(v, "; ") }
 	ss.Checks = []check{
 		{Pass: float64(ss.Ratio) <= ratioMedian,
-			Text:   fmt.Sprintf("median p95 ratio at classic's utilisation %s ≤ %.2f", fmtFig(ss.Ratio, "%.2f"), ratioMedian),
-			Detail: fmt.Sprintf("%d of %d direction-runs at or under %.2f", within, len(runs), ratioMedian)},
+			Text: fmt.Sprintf("median p95 ratio at classic's utilisation %s ≤ %.2f", fmtFig(ss.Ratio, "%.2f"), ratioMedian),
+			Detail: fmt.Sprintf("%d of %d direction-runs at or under %.2f; the %v-late oracle's median %s, %d at or under",
+				within, len(runs), ratioMedian, refLag, fmtFig(ss.OracleRatio, "%.2f"), oracleWithin)},
 		{Pass: len(over) == 0,
 			Text:   fmt.Sprintf("no direction-run's ratio over %.1f: %d over", ratioWorstRun, len(over)),
 			Detail: list(over)},
@@ -892,22 +919,22 @@ func printFrontier(w io.Writer, rep frontierReport) error {
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.1f %% |\n", t.Set, t.Trace, t.Stats.MeanMbps, t.Stats.CV1s, 100*t.Stats.OutageShare)
 	}
 
-	fmt.Fprintf(&b, "\nPer direction-run, medians over seeds (ratio: autoshape's p95 at classic's utilisation / classic's p95;\n"+
+	fmt.Fprintf(&b, "\nPer direction-run, medians over seeds (ratio: autoshape's p95 at classic's utilisation / classic's p95; oracle: the same for the %v-late oracle;\n"+
 		"gain: utilisation autoshape gains at classic's p95; gap: mean utilisation the %v-late oracle gets over autoshape at equal p95;\n"+
 		"reach: smallest budget reaching classic's utilisation; room: that oracle's best utilisation with p50 ≤ %v less autoshape's at %v;\n"+
-		"over, avoidable: time over the %v budget, and of it the time that oracle was not over it):\n\n", refLag, highBudget, lowBudget, estimator.DefaultBudget)
-	b.WriteString("| set | case | dir | classic util @ p95 | ratio | gain | gap | reach ms | util 5 ms | util 60 ms | room | over | avoidable |\n")
-	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"over, avoidable: time over the %v budget, and of it the time that oracle was not over it):\n\n", refLag, refLag, highBudget, lowBudget, estimator.DefaultBudget)
+	b.WriteString("| set | case | dir | classic util @ p95 | ratio | oracle | gain | gap | reach ms | util 5 ms | util 60 ms | room | over | avoidable |\n")
+	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Runs {
 		s := r.Summary
-		fmt.Fprintf(&b, "| %s | %s | %s | %s @ %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Set, r.Case, r.Dir,
-			fmtFig(s.ClassicUtil, "%.2f"), fmtFig(s.ClassicP95, "%.0f"), fmtFig(s.Ratio, "%.2f"), fmtFig(s.Gain, "%+.2f"),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s @ %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Set, r.Case, r.Dir,
+			fmtFig(s.ClassicUtil, "%.2f"), fmtFig(s.ClassicP95, "%.0f"), fmtFig(s.Ratio, "%.2f"), fmtFig(s.OracleRatio, "%.2f"), fmtFig(s.Gain, "%+.2f"),
 			fmtFig(s.OracleGap, "%+.2f"), fmtFig(s.ReachMs, "%.0f"), fmtFig(s.UtilLow, "%.2f"), fmtFig(s.UtilHigh, "%.2f"),
 			fmtFig(s.Room, "%+.2f"), fmtFig(s.Over, "%.2f"), fmtFig(s.Avoidable, "%.2f"))
 	}
 	for _, ss := range rep.Sets {
-		fmt.Fprintf(&b, "\n%s, medians over %d direction-runs: ratio %s, gain %s, gap %s, util at 5 ms %s, at 60 ms %s, avoidable %s\n",
-			ss.Set, ss.Runs, fmtFig(ss.Ratio, "%.2f"), fmtFig(ss.Gain, "%+.2f"), fmtFig(ss.OracleGap, "%+.2f"),
+		fmt.Fprintf(&b, "\n%s, medians over %d direction-runs: ratio %s (oracle %s), gain %s, gap %s, util at 5 ms %s, at 60 ms %s, avoidable %s\n",
+			ss.Set, ss.Runs, fmtFig(ss.Ratio, "%.2f"), fmtFig(ss.OracleRatio, "%.2f"), fmtFig(ss.Gain, "%+.2f"), fmtFig(ss.OracleGap, "%+.2f"),
 			fmtFig(ss.UtilLow, "%.2f"), fmtFig(ss.UtilHigh, "%.2f"), fmtFig(ss.Avoidable, "%.2f"))
 		for _, c := range ss.Checks {
 			verdict := "FAIL"

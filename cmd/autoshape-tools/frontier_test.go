@@ -94,6 +94,24 @@ func TestOracleGap(t *testing.T) {
 	}
 }
 
+// lowestP95 takes a set of oracles as points, not a curve: no
+// interpolation between them.
+func TestLowestP95(t *testing.T) {
+	oracles := []point{{0.5, 40}, {0.7, 100}, {0.8, 90}}
+	for _, tt := range []struct {
+		u, want float64
+	}{
+		{0.5, 40},
+		{0.6, 90}, // not between 40 and 100
+		{0.75, 90},
+		{0.9, inf},
+	} {
+		if got := lowestP95(oracles, tt.u); got != tt.want {
+			t.Errorf("lowestP95(%v) = %v, want %v", tt.u, got, tt.want)
+		}
+	}
+}
+
 func TestOverShares(t *testing.T) {
 	auto := []float64{5, 20, 30, 40, 10}
 	ref := []float64{5, 25, 10, 10, 30}
@@ -163,10 +181,11 @@ func TestFiguresFor(t *testing.T) {
 	}
 	got := figuresFor(ks, pts)
 	want := seedFigures{classicUtil: 0.65, classicP95: 250,
-		ratio: 225.0 / 250,              // halfway from 150 to 300 ms
-		gain:  0.6 + 0.1*100/150 - 0.65, // two thirds of the way from 150 to 300 ms
-		gap:   (0 - 0.1) / 2,            // at 150 and 300 ms: the oracle at 120; none by 100 ms
-		reach: 60, low: 0.50, high: 0.70,
+		ratio:       225.0 / 250,              // halfway from 150 to 300 ms
+		oracleRatio: 400.0 / 250,              // only the 0.75 oracle gets 0.65
+		gain:        0.6 + 0.1*100/150 - 0.65, // two thirds of the way from 150 to 300 ms
+		gap:         (0 - 0.1) / 2,            // at 150 and 300 ms: the oracle at 120; none by 100 ms
+		reach:       60, low: 0.50, high: 0.70,
 		room: 0.60 - 0.50, // the oracle with p50 ≤ 60 ms
 		over: 0.5, avoidable: 0.25,
 	}
