@@ -24,6 +24,7 @@ import (
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/internal/cli"
+	"github.com/autoshape/autoshape/internal/logticks"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
 )
@@ -1023,7 +1024,7 @@ func plotFrontier(rep frontierReport, dir, ext string) error {
 			p := newPanel(fmt.Sprintf("%s %s: utilisation against %s added delay", r.Case, r.Dir, axis),
 				axis+" added delay (ms, log scale)", "utilisation")
 			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = ticks125{}
+			p.X.Tick.Marker = logticks.Ticks125{}
 			p.Legend.Top, p.Legend.Left = false, false
 			for i, name := range curveNames(r) {
 				pts := r.Curves[name]
@@ -1093,22 +1094,6 @@ func curveColor(name string, i int) color.RGBA {
 		name = "oracle"
 	}
 	return colorFor(name, i)
-}
-
-// ticks125 marks a log axis at 1, 2 and 5 times each power of ten, so that
-// a range within one decade still has labels.
-type ticks125 struct{}
-
-func (ticks125) Ticks(lo, hi float64) []plot.Tick {
-	var out []plot.Tick
-	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
-		for _, m := range []float64{1, 2, 5} {
-			if v := m * d; v >= lo && v <= hi {
-				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
-		}
-	}
-	return out
 }
 
 // paretoXY keeps the points (x: delay, y: utilisation) that no other beats

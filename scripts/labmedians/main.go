@@ -8,10 +8,16 @@
 // utilisation against p95 per direction: one small point per run, a large
 // one at the medians. -name renames a scheme (exec=cake-autorate).
 //
+// Reports run at different budgets (`linklab run --budget`) make a lab
+// frontier: every scheme is then named with its run's budget
+// (autoshape@5ms), and the plot joins one scheme's medians over its budgets
+// in budget order, as autoshape-tools frontier does in the simulator.
+//
 //	go run ./scripts/labmedians [-name exec=cake-autorate] [-plot DIR] REPORT.json...
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,17 +32,31 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/autoshape/autoshape/internal/logticks"
 	"github.com/autoshape/autoshape/sim"
 )
 
 // report is the part of a linklab report this reads.
 type report struct {
 	TraceDown string       `json:"trace_down"`
+	BudgetMs  float64      `json:"budget_ms"`
 	Results   []sim.Result `json:"results"`
 }
 
-// key names one scheme's direction.
-type key struct{ scheme, dir string }
+// key names one scheme's direction; budget is the run's budget in ms when
+// the reports were run at several (0 otherwise).
+type key struct {
+	scheme, dir string
+	budget      float64
+}
+
+// name is the scheme as printed: with its budget when there is one.
+func (k key) name() string {
+	if k.budget == 0 {
+		return k.scheme
+	}
+	return fmt.Sprintf("%s@%gms", k.scheme, k.budget)
+}
 
 func main() {
 	names := map[string]string{}
@@ -54,30 +74,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: labmedians [-name FROM=TO] [-plot DIR] REPORT.json...")
 		os.Exit(2)
 	}
-	runs := map[key][]sim.Result{}
-	var order []key
+	var reps []report
 	for _, path := range flag.Args() {
 		rep, err := read(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "labmedians:", err)
 			os.Exit(2)
 		}
-		for _, r := range rep.Results {
-			if n, ok := names[r.Scheme]; ok {
-				r.Scheme = n
-			}
-			k := key{r.Scheme, r.Direction}
-			if _, ok := runs[k]; !ok {
-				order = append(order, k)
-			}
-			runs[k] = append(runs[k], r)
-		}
+		reps = append(reps, rep)
 	}
+	order, runs := group(reps, names)
 	fmt.Println("| scheme | dir | runs | utilisation | p50 ms | p95 ms | worst after a drop ms | reaction s | recovery s | worst after the rise ms |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, k := range order {
 		rs := runs[k]
-		fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", k.scheme, k.dir, len(rs),
+		fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", k.name(), k.dir, len(rs),
 			med(rs, 2, func(r sim.Result) (float64, bool) { return r.Utilization, true }),
 			med(rs, 1, func(r sim.Result) (float64, bool) { return r.Delay.P50, true }),
 			med(rs, 1, func(r sim.Result) (float64, bool) { return r.Delay.P95, true }),
@@ -92,6 +103,44 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// group gathers the runs of each scheme and direction (and budget, when the
+// reports were run at more than one), in the order they first appear, with
+// the schemes renamed by names.
+func group(reps []report, names map[string]string) ([]key, map[key][]sim.Result) {
+	budgets := map[float64]bool{}
+	for _, rep := range reps {
+		budgets[rep.BudgetMs] = true
+	}
+	runs := map[key][]sim.Result{}
+	var order []key
+	for _, rep := range reps {
+		for _, r := range rep.Results {
+			if n, ok := names[r.Scheme]; ok {
+				r.Scheme = n
+			}
+			k := key{scheme: r.Scheme, dir: r.Direction}
+			if len(budgets) > 1 {
+				k.budget = rep.BudgetMs
+			}
+			if _, ok := runs[k]; !ok {
+				order = append(order, k)
+			}
+			runs[k] = append(runs[k], r)
+		}
+	}
+	// Each scheme's budgets together, in budget order.
+	first := map[string]int{}
+	for i, k := range order {
+		if _, ok := first[k.scheme]; !ok {
+			first[k.scheme] = i
+		}
+	}
+	slices.SortStableFunc(order, func(a, b key) int {
+		return cmp.Or(cmp.Compare(first[a.scheme], first[b.scheme]), cmp.Compare(a.budget, b.budget))
+	})
+	return order, runs
 }
 
 func read(path string) (report, error) {
@@ -175,15 +224,29 @@ func drawPlots(dir string, order []key, runs map[key][]sim.Result) error {
 		p.X.Label.Text = "p95 added delay (ms)"
 		p.Y.Label.Text = "utilisation"
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.X.Tick.Marker = logticks.Ticks125{}
 		p.Legend.Top = true
-		i := 0
+		p.Legend.Left = true // the corner no scheme reaches: low delay, high utilisation
+		// A scheme run at more than one budget is swept: its medians are
+		// joined, labelled with their budgets, under one legend entry.
+		budgets := map[string]int{}
+		for _, k := range order {
+			if k.dir == d && k.budget > 0 {
+				budgets[k.scheme]++
+			}
+		}
+		colors := map[string]color.Color{}
+		curves := map[string]plotter.XYs{}
+		var swept []string
 		for _, k := range order {
 			if k.dir != d {
 				continue
 			}
-			c := palette[i%len(palette)]
-			i++
+			c, ok := colors[k.scheme]
+			if !ok {
+				c = palette[len(colors)%len(palette)]
+				colors[k.scheme] = c
+			}
 			var pts, mid plotter.XYs
 			var ps, us []float64
 			for _, r := range runs[k] {
@@ -191,6 +254,15 @@ func drawPlots(dir string, order []key, runs map[key][]sim.Result) error {
 				ps, us = append(ps, max(r.Delay.P95, 0.1)), append(us, r.Utilization)
 			}
 			mid = append(mid, plotter.XY{X: median(ps), Y: median(us)})
+			legend := k.name()
+			if budgets[k.scheme] > 1 {
+				legend = ""
+				if _, ok := curves[k.scheme]; !ok {
+					swept = append(swept, k.scheme)
+					legend = k.scheme
+				}
+				curves[k.scheme] = append(curves[k.scheme], plotter.XY{X: k.budget, Y: 0}, mid[0])
+			}
 			s, err := plotter.NewScatter(pts)
 			if err != nil {
 				return err
@@ -202,11 +274,56 @@ func drawPlots(dir string, order []key, runs map[key][]sim.Result) error {
 			}
 			m.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(6), Shape: draw.RingGlyph{}}
 			p.Add(s, m)
-			p.Legend.Add(k.scheme, m)
+			if legend != "" {
+				p.Legend.Add(legend, m)
+			}
+		}
+		for _, name := range swept {
+			if err := addCurve(p, curves[name], colors[name]); err != nil {
+				return err
+			}
 		}
 		if err := p.Save(5*vg.Inch, 3.5*vg.Inch, filepath.Join(dir, "lab-"+d+".svg")); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// addCurve joins a swept scheme's medians in budget order; pairs holds, for
+// each budget, (budget, 0) then its median point. Each point is labelled
+// with its budget.
+func addCurve(p *plot.Plot, pairs plotter.XYs, c color.Color) error {
+	type at struct {
+		budget float64
+		pt     plotter.XY
+	}
+	var pts []at
+	for i := 0; i+1 < len(pairs); i += 2 {
+		pts = append(pts, at{pairs[i].X, pairs[i+1]})
+	}
+	slices.SortFunc(pts, func(a, b at) int { return cmp.Compare(a.budget, b.budget) })
+	var xys plotter.XYs
+	var labels []string
+	for _, a := range pts {
+		xys = append(xys, a.pt)
+		labels = append(labels, fmt.Sprintf("%gms", a.budget))
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.LineStyle.Color = c
+	l.LineStyle.Width = vg.Points(1)
+	lb, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+	if err != nil {
+		return err
+	}
+	for i := range lb.TextStyle {
+		lb.TextStyle[i].Color = c
+		lb.TextStyle[i].XAlign = draw.XLeft
+	}
+	lb.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(-4)}
+	p.Add(l, lb)
 	return nil
 }

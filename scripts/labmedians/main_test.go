@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,5 +44,39 @@ func TestReadRejects(t *testing.T) {
 		if _, err := read(path); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("read(%s) = %v, want an error naming the file", name, err)
 		}
+	}
+}
+
+// group names the schemes with their run's budget only when the reports were
+// run at more than one.
+func TestGroupBudgets(t *testing.T) {
+	run := func(budget float64, schemes ...string) report {
+		rep := report{BudgetMs: budget}
+		for _, s := range schemes {
+			rep.Results = append(rep.Results, sim.Result{Scheme: s, Direction: "down"})
+		}
+		return rep
+	}
+	names := map[string]string{"exec": "cake-autorate"}
+	for _, tt := range []struct {
+		name string
+		reps []report
+		want []string // each key's name and its number of runs
+	}{
+		{"one budget", []report{run(15, "autoshape", "exec"), run(15, "autoshape", "exec")},
+			[]string{"autoshape 2", "cake-autorate 2"}},
+		{"a sweep", []report{run(15, "autoshape", "classic"), run(5, "autoshape"), run(60, "autoshape"), run(5, "autoshape")},
+			[]string{"autoshape@5ms 2", "autoshape@15ms 1", "autoshape@60ms 1", "classic@15ms 1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			order, runs := group(tt.reps, names)
+			var got []string
+			for _, k := range order {
+				got = append(got, fmt.Sprintf("%s %d", k.name(), len(runs[k])))
+			}
+			if strings.Join(got, ", ") != strings.Join(tt.want, ", ") {
+				t.Errorf("group() = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
