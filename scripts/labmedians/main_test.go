@@ -80,3 +80,33 @@ func TestGroupBudgets(t *testing.T) {
 		})
 	}
 }
+
+// drawPlots draws a sweep (autoshape at two budgets) beside a scheme run at
+// one: a figure per direction.
+func TestDrawPlotsSweep(t *testing.T) {
+	run := func(budget, util, p95 float64, schemes ...string) report {
+		rep := report{BudgetMs: budget}
+		for _, s := range schemes {
+			for _, d := range []string{"down", "up"} {
+				rep.Results = append(rep.Results, sim.Result{Scheme: s, Direction: d, Utilization: util, Delay: sim.Delay{P95: p95}})
+			}
+		}
+		return rep
+	}
+	order, runs := group([]report{run(5, 0.5, 80, "autoshape"), run(15, 0.6, 110, "autoshape", "classic"), run(15, 0.62, 120, "autoshape", "classic")}, nil)
+	dir := t.TempDir()
+	if err := drawPlots(dir, order, runs); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"down", "up"} {
+		b, err := os.ReadFile(filepath.Join(dir, "lab-"+d+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{">5ms<", ">15ms<", ">autoshape<", ">classic@15ms<"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("lab-%s.svg has no %q", d, want)
+			}
+		}
+	}
+}
