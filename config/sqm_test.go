@@ -101,6 +101,7 @@ func TestFromSQMNothingUsable(t *testing.T) {
 		{"a rate too low for HTB's floor", strings.Replace(adsl, "upload '900'", "upload '5'", 1), "link 'dsl' option upload_min 8kbit > option upload_max 5kbit"},
 		{"an interface the kernel refuses", strings.Replace(adsl, "'pppoa-wan'", "'pppoa-wan-with-a-long-name'", 1), `link 'dsl' option interface: "pppoa-wan-with-a-long-name" is 26 bytes long`},
 		{"not UCI", "config queue 'x\n", "sqm: line 1: ' without its closing '"},
+		{"not UTF-8", strings.Replace(adsl, "'pppoa-wan'", "'pppoa-\xff'", 1), "invalid UTF-8 byte 0xff"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

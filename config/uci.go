@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // UCI files (OpenWrt's /etc/config/autoshape) hold the same configuration
@@ -74,6 +75,9 @@ func isUCI(text string) bool {
 // line continues it. Like uci, a second section of an existing name
 // reopens it, a second option replaces the first, and a list appends.
 func parseUCI(text string) ([]*uciSection, error) {
+	if err := checkUTF8(text); err != nil {
+		return nil, err
+	}
 	lx := &uciLexer{s: text, line: 1}
 	var (
 		secs   []*uciSection
@@ -488,4 +492,25 @@ func uciInt(v string) (int, error) {
 		return 0, fmt.Errorf("%q is not a whole number", v)
 	}
 	return n, nil
+}
+
+// checkUTF8 refuses text that is not UTF-8, as the TOML reader does: a
+// name or path holding such bytes could not be written back or logged as
+// it was read.
+func checkUTF8(text string) error {
+	if utf8.ValidString(text) {
+		return nil
+	}
+	line := 1
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if r == utf8.RuneError && n == 1 {
+			return fmt.Errorf("line %d: invalid UTF-8 byte 0x%02x", line, text[i])
+		}
+		if r == '\n' {
+			line++
+		}
+		i += n
+	}
+	return nil
 }

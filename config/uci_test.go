@@ -123,6 +123,7 @@ func TestUCIRefused(t *testing.T) {
 		{"unknown command", "config link wan\n\topton a 1\n", `line 2: unknown command "opton"`},
 		{"bad option name", "config link wan\n\toption a-b 1\n", `line 2: option "a-b": the name holds a character uci refuses`},
 		{"bad section name", "config link pppoe-wan\n", `line 1: config link "pppoe-wan": the name holds a character uci refuses`},
+		{"not UTF-8", "config autoshape main\n\toption state_file '\xd6'\n" + minimalUCI, "line 2: invalid UTF-8 byte 0xd6"},
 		{"a name of two types", "config link wan\nconfig autoshape wan\n", "line 2: config autoshape 'wan': section 'wan' is a link (line 1)"},
 		// What autoshape does not know.
 		{"unknown option", link("\toption colour 'red'"), `link 'wan': unknown option "colour"`},
