@@ -44,6 +44,7 @@ const (
 type frontierFlags struct {
 	traces     string
 	generated  []sim.Profile
+	firstSeed  int // the seeds are firstSeed .. firstSeed+seeds-1
 	seeds      int
 	duration   time.Duration
 	budgets    []time.Duration
@@ -61,7 +62,7 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	traces := fs.String("traces", "../shared/traces", `folder of recorded trace pairs (NAME.down and NAME.up); "" for none`)
 	generated := fs.String("generated", "all", `generated profiles, comma-separated, "all" or "none" (`+strings.Join(profileNames(), ", ")+")")
-	seeds := fs.Int("seeds", 4, "seeds 1..N; each generated profile draws its traces anew per seed")
+	seeds := fs.String("seeds", "4", `N for seeds 1 to N, or A-B for seeds A to B; each generated profile draws its traces anew per seed`)
 	duration := fs.Duration("duration", 0, "simulated time of every run (default: each trace's length)")
 	budgets := fs.String("budgets", "5ms,10ms,15ms,20ms,30ms,45ms,60ms,90ms", "autoshape's latency budgets")
 	thresholds := fs.String("thresholds", "10ms,15ms,20ms,30ms,45ms,60ms,90ms", "classic's delay thresholds (its default, 30ms, is always run)")
@@ -84,14 +85,15 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	if *png && *plotDir == "" {
 		return cli.Usagef("-png needs -plot")
 	}
-	f := frontierFlags{traces: *traces, seeds: *seeds, duration: *duration, jobs: *jobs}
+	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs}
 	var err error
+	if f.firstSeed, f.seeds, err = parseSeeds(*seeds); err != nil {
+		return err
+	}
 	if f.generated, err = parseProfiles(*generated); err != nil {
 		return err
 	}
 	switch {
-	case f.seeds < 1 || f.seeds > 100:
-		return cli.Usagef("-seeds %d must be between 1 and 100", f.seeds)
 	case f.jobs < 1:
 		return cli.Usagef("-j %d must be at least 1", f.jobs)
 	case f.duration < 0:
@@ -276,7 +278,7 @@ func frontierCases(f frontierFlags) ([]frontierCase, error) {
 	}
 	for _, p := range f.generated {
 		c := frontierCase{set: "generated", name: p.Name, lte: p.LTE}
-		for s := 1; s <= f.seeds; s++ {
+		for s := f.firstSeed; s < f.firstSeed+f.seeds; s++ {
 			d, u, err := p.Traces(uint64(s))
 			if err != nil {
 				return nil, err
@@ -289,6 +291,34 @@ func frontierCases(f frontierFlags) ([]frontierCase, error) {
 		return nil, cli.Usagef("no traces: give -traces or -generated")
 	}
 	return out, nil
+}
+
+// maxSeeds is the most seeds one run takes.
+const maxSeeds = 100
+
+// parseSeeds reads -seeds: N (seeds 1 to N) or A-B (seeds A to B), and
+// returns the first seed and the count.
+func parseSeeds(v string) (first, n int, err error) {
+	bad := func() (int, int, error) {
+		return 0, 0, cli.Usagef("-seeds %q: want N (seeds 1 to N) or A-B, with 1 <= A <= B and at most %d seeds", v, maxSeeds)
+	}
+	a, b, isRange := strings.Cut(v, "-")
+	lo, err := strconv.Atoi(a)
+	if err != nil {
+		return bad()
+	}
+	hi := lo
+	if isRange {
+		if hi, err = strconv.Atoi(b); err != nil {
+			return bad()
+		}
+	} else {
+		lo = 1
+	}
+	if lo < 1 || hi < lo || hi-lo+1 > maxSeeds {
+		return bad()
+	}
+	return lo, hi - lo + 1, nil
 }
 
 // A knob is one point of one scheme's sweep.
@@ -356,6 +386,7 @@ type runPoint struct {
 
 // A frontierReport is the JSON of `autoshape-tools frontier -json`.
 type frontierReport struct {
+	FirstSeed           int          `json:"first_seed"`
 	Seeds               int          `json:"seeds"`
 	BudgetsMs           []float64    `json:"budgets_ms"`
 	ClassicThresholdsMs []float64    `json:"classic_thresholds_ms"`
@@ -484,11 +515,11 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 	err = each(len(cases)*per, f.jobs, func(i int) error {
 		c, s, k := i/per, i%per/len(ks), i%len(ks)
 		cs, kn := cases[c], ks[k]
-		cfg := sim.Config{Down: cs.traces[s][0], Up: cs.traces[s][1], Seed: uint64(s + 1), Budget: kn.budget,
+		cfg := sim.Config{Down: cs.traces[s][0], Up: cs.traces[s][1], Seed: uint64(f.firstSeed + s), Budget: kn.budget,
 			Duration: f.duration, Series: kn.series}
 		res, err := sim.Run(cfg, kn.run)
 		if err != nil {
-			return fmt.Errorf("%s, seed %d, %s %s: %w", cs.name, s+1, kn.scheme, kn.label, err)
+			return fmt.Errorf("%s, seed %d, %s %s: %w", cs.name, f.firstSeed+s, kn.scheme, kn.label, err)
 		}
 		for _, r := range res {
 			d := 0
@@ -506,7 +537,7 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 	if err != nil {
 		return frontierReport{}, err
 	}
-	rep := frontierReport{Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions}
+	rep := frontierReport{FirstSeed: f.firstSeed, Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions}
 	for _, b := range f.budgets {
 		rep.BudgetsMs = append(rep.BudgetsMs, ms(b))
 	}
@@ -910,8 +941,8 @@ func fmtFig(f figure, format string) string {
 // printFrontier prints the report as tables.
 func printFrontier(w io.Writer, rep frontierReport) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seeds 1-%d; autoshape budgets %v ms; classic delay thresholds %v ms (default %v); static fractions %v;\n",
-		rep.Seeds, rep.BudgetsMs, rep.ClassicThresholdsMs, policies.DefaultClassicConfig().DelayThreshold, rep.StaticFractions)
+	fmt.Fprintf(&b, "seeds %d-%d; autoshape budgets %v ms; classic delay thresholds %v ms (default %v); static fractions %v;\n",
+		rep.FirstSeed, rep.FirstSeed+rep.Seeds-1, rep.BudgetsMs, rep.ClassicThresholdsMs, policies.DefaultClassicConfig().DelayThreshold, rep.StaticFractions)
 	fmt.Fprintf(&b, "%d oracles (lag: fraction/window/drain). %d simulations.\n\n", len(rep.Oracles), rep.Simulations)
 
 	b.WriteString("Traces (generated: medians over the seeds' draws):\n\n")

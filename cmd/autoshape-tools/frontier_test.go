@@ -255,7 +255,8 @@ func TestFrontierUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-seeds", "0"}, "-seeds 0"},
+		{[]string{"-seeds", "0"}, `-seeds "0"`},
+		{[]string{"-seeds", "5-4"}, `-seeds "5-4": want N (seeds 1 to N) or A-B`},
 		{[]string{"-j", "0"}, "-j 0"},
 		{[]string{"-duration", "-1s"}, "-duration -1s"},
 		{[]string{"-duration", "10ms"}, "-duration 10ms"},
@@ -367,5 +368,46 @@ func TestFrontierEndToEnd(t *testing.T) {
 	_, again, _ := runCmd(append(append([]string{"frontier", "-traces", "", "-generated", "poisson", "-json"}, small...), "-j", "1")...)
 	if diff := cmp.Diff(out, again); diff != "" {
 		t.Errorf("a second run differs (-first +second):\n%s", diff)
+	}
+
+	// -seeds 2-2 runs seed 2 alone: other draws, other figures, and the
+	// report says which seeds.
+	_, two, stderr := runCmd(append(append([]string{"frontier", "-traces", "", "-generated", "poisson", "-json"}, small...), "-seeds", "2-2")...)
+	var rep2 struct {
+		FirstSeed int `json:"first_seed"`
+	}
+	if err := json.Unmarshal([]byte(two), &rep2); err != nil {
+		t.Fatalf("-seeds 2-2: %v\n%s", err, stderr)
+	}
+	if rep2.FirstSeed != 2 || two == out {
+		t.Errorf("-seeds 2-2: first seed %d (want 2), same report as seed 1: %v", rep2.FirstSeed, two == out)
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	for _, tt := range []struct {
+		in        string
+		first, n  int
+		wantError bool
+	}{
+		{"4", 1, 4, false},
+		{"1", 1, 1, false},
+		{"5-8", 5, 4, false},
+		{"3-3", 3, 1, false},
+		{"1-100", 1, 100, false},
+		{"0", 0, 0, true},
+		{"-3", 0, 0, true},
+		{"0-2", 0, 0, true},
+		{"5-4", 0, 0, true},
+		{"1-101", 0, 0, true},
+		{"101", 0, 0, true},
+		{"a-b", 0, 0, true},
+		{"4-", 0, 0, true},
+		{"", 0, 0, true},
+	} {
+		first, n, err := parseSeeds(tt.in)
+		if (err != nil) != tt.wantError || first != tt.first || n != tt.n {
+			t.Errorf("parseSeeds(%q) = %d, %d, %v; want %d, %d, error %v", tt.in, first, n, err, tt.first, tt.n, tt.wantError)
+		}
 	}
 }
