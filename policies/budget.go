@@ -171,7 +171,10 @@ func (c BudgetConfig) Validate() error {
 //     longer the link's, and it rises as on any link. Past the plateau, while
 //     the delay shows next to no queue, the rise past the ceiling is a slow
 //     start instead (see slowStart), paced by that evidence, not the curve's
-//     clock: a ceiling that is gone gives way within half a second.
+//     clock: a ceiling that is gone gives way within half a second. On
+//     download the slow start may begin before the plateau, once the small
+//     queue a live ceiling keeps upstream has gone from the delay (see
+//     queueAtCeiling).
 //   - Unloaded (see unloaded): drift towards base, unless the traffic is
 //     substantial (half of Loaded or more): then hold.
 //
@@ -203,6 +206,12 @@ type Budget struct {
 	// the loaded time behind them in seconds (worn down by unloaded time).
 	loadedMean, loadedVar float64
 	loadedTime            float64
+	// The queue the link upstream showed while the download's rate pressed
+	// against the ceiling (see queueAtCeiling): the delay's mean over about
+	// a second, and the loaded time at the ceiling behind it in seconds.
+	ceilQueue, ceilTime float64
+	// clearSince: the delay has shown next to none of that queue since.
+	clearSince time.Time
 }
 
 var _ Policy = (*Budget)(nil)
@@ -290,8 +299,67 @@ func (b *Budget) start(in Input) tick {
 	if t.delay <= t.hold/2 && (o.Load >= c.Loaded || o.Backlog >= limitingBacklog) {
 		b.knee, b.kneeAt = in.Rate, in.Now
 	}
+	b.queueAtCeiling(in, t)
 	return t
 }
+
+// queueAtCeiling keeps what the delay shows while the download's rate
+// presses against a ceiling, and since when it has shown next to none of it.
+//
+// On download our shaper is downstream of the bottleneck. At a rate a few
+// per cent under a ceiling that is still the link's, the senders, whose
+// windows grow until our shaper drops, send a little over the link's
+// capacity, and the link upstream holds part of their window: the delay at
+// the ceiling shows a small standing queue (in the host lab on step, a
+// median of 2.7-3.9 ms at the 10 Mbit/s ceiling). Once the link's capacity
+// has grown past the ceiling, it holds none, and the whole window waits in
+// our shaper: at the same rate the delay falls to nothing (0.0 ms in every
+// 100 ms after the restore to 40 Mbit/s). So a delay that stays under
+// clearShare of the queue the ceiling showed, for clearFor, while the
+// traffic presses against the rate, is the link showing that the ceiling is
+// gone (see cleared). On upload our shaper is upstream of the bottleneck
+// and the senders' excess waits in it, not in the link, whatever the
+// capacity: no such sign.
+func (b *Budget) queueAtCeiling(in Input, t tick) {
+	o := in.Obs
+	if o.Direction != estimator.Down || !b.pressed(o) || b.bloatRate <= 0 {
+		b.clearSince = time.Time{}
+		return
+	}
+	if in.Rate >= ceilingBand*b.bloatRate && in.Rate <= (2-ceilingBand)*b.bloatRate && t.delay <= t.hold {
+		if b.ceilTime == 0 {
+			b.ceilQueue = float64(t.delay)
+		}
+		b.ceilQueue += (float64(t.delay) - b.ceilQueue) * math.Min(t.dt, 1)
+		b.ceilTime += t.dt
+	}
+	// A queue of under an eighth of Hold is too small to tell from none.
+	if b.ceilTime < 1 || b.ceilQueue < float64(t.hold)/8 || float64(t.delay) > clearShare*b.ceilQueue {
+		b.clearSince = time.Time{}
+	} else if b.clearSince.IsZero() {
+		b.clearSince = in.Now
+	}
+}
+
+// cleared reports whether the download's delay, with the rate at the ceiling
+// (ceilingBand of it or more), has shown next to none of the queue the
+// ceiling showed for clearFor, the traffic pressing against the rate: the
+// ceiling is gone (see queueAtCeiling). Further under the ceiling a live one
+// keeps less of a queue upstream, and its absence says less.
+func (b *Budget) cleared(in Input) bool {
+	return in.Rate >= ceilingBand*b.bloatRate && !b.clearSince.IsZero() && in.Now.Sub(b.clearSince) >= clearFor
+}
+
+// ceilingBand is how close to a ceiling, as a fraction of it, the rate
+// presses against it: from 98 % of it to 2 % over. clearShare is the share
+// of the queue the ceiling showed under which the delay shows none of it;
+// clearFor is how long it must show none: a few times the lag in which a
+// queue shows in the delay (slowStartLag).
+const (
+	ceilingBand = 0.98
+	clearShare  = 0.25
+	clearFor    = 500 * time.Millisecond
+)
 
 // sinceDrop holds while the queue a capacity drop left drains, and forgets a drop that left none.
 func (b *Budget) sinceDrop(in Input, t tick) (Proposal, bool) {
@@ -401,11 +469,13 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 		// the ceiling is no longer the link's: its capacity came
 		// back, and the rate rises as on any link to find it.
 		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.dt)
-		if in.Now.Sub(b.bloatAt) >= plateauAt && t.delay <= t.hold/2 {
+		if (in.Now.Sub(b.bloatAt) >= plateauAt || b.cleared(in)) && t.delay <= t.hold/2 {
 			// Past the plateau, load pressing against the rate with
 			// next to no queue is evidence that the ceiling is gone:
 			// the rise past it follows that evidence (see slowStart),
-			// not the curve's clock.
+			// not the curve's clock. On download the evidence may come
+			// sooner: the queue a live ceiling keeps upstream gone
+			// (see queueAtCeiling).
 			next = math.Max(next, math.Min(b.slowStart(rate, t.dt), rate*(1+step*headroom*t.dt)))
 		}
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
@@ -518,6 +588,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 func (b *Budget) measured(capacity float64, now time.Time) {
 	ceiling := capacity * measuredKnee
 	b.prevPrev, b.prevBloat, b.bloatRate = ceiling, ceiling, ceiling
+	b.ceilQueue, b.ceilTime = 0, 0
 	b.bloatAt = now
 	b.achieved = capacity
 }
@@ -572,6 +643,11 @@ func (b *Budget) mark(in Input) {
 	if b.bloatRate > 0 && !b.overSince.IsZero() && !b.overSince.After(b.bloatAt) {
 		b.bloatRate = math.Max(b.bloatRate, capacity)
 	} else {
+		if math.Abs(capacity-b.bloatRate) > 0.1*capacity {
+			// Another ceiling: the queue the last one showed says
+			// nothing of it.
+			b.ceilQueue, b.ceilTime = 0, 0
+		}
 		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
 	}
 	b.bloatAt = in.Now

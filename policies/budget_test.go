@@ -732,6 +732,66 @@ func plateau(t, zone float64) float64 {
 	return 1 + (1-zone)*x*x*x
 }
 
+// TestBudgetCeilingClears checks the download's sign that a ceiling is gone
+// before the plateau: pressing against it for a second with a small queue
+// upstream (3ms), then for clearFor (500ms) with none.
+func TestBudgetCeilingClears(t *testing.T) {
+	// at is a tick at the ceiling, loaded, with delay d, i ticks (50ms
+	// apart) after 700ms; ticks returns n of them from the i-th.
+	at := func(i int, d time.Duration) budgetStep {
+		return budgetStep{at: 700*time.Millisecond + time.Duration(i)*50*time.Millisecond, rate: ceil, delta: d, achieved: ceil, load: 1}
+	}
+	ticks := func(from, n int, d time.Duration) []budgetStep {
+		var out []budgetStep
+		for i := from; i < from+n; i++ {
+			out = append(out, at(i, d))
+		}
+		return out
+	}
+	plateaus := func(n int) []expect {
+		var out []expect
+		for range n {
+			out = append(out, plateaued)
+		}
+		return out
+	}
+	queued := ticks(0, 22, 3*time.Millisecond) // 1.1 s at the ceiling, 3ms upstream
+	runBudgetCases(t, []budgetCase{
+		{
+			// 1.85 s after the mark the curve still stands under the
+			// ceiling (plateauAt is 3 s): the slow start past it comes
+			// from the queue being gone, one doubling of its first
+			// excess (2 %) over the 50ms since the last call.
+			name:  "the queue gone for clearFor: past the ceiling before the plateau",
+			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 0)...)...),
+			want:  then(ceilingCuts, append(plateaus(32), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+		},
+		{
+			name:  "gone for less than clearFor: the curve",
+			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 9, 0)...)...),
+			want:  then(ceilingCuts, plateaus(31)...),
+		},
+		{
+			name:  "the queue still there: the curve",
+			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 3*time.Millisecond)...)...),
+			want:  then(ceilingCuts, plateaus(33)...),
+		},
+		{
+			// Under an eighth of the halved Hold (0.7ms): too small a
+			// queue to tell from none, so no sign either way.
+			name:  "no queue at the ceiling to lose: the curve",
+			steps: after(ceiling, ticks(0, 33, 500*time.Microsecond)...),
+			want:  then(ceilingCuts, plateaus(33)...),
+		},
+		{
+			// Half a second at the ceiling is not enough to know its queue.
+			name:  "too short a time at the ceiling: the curve",
+			steps: after(ceiling, append(ticks(0, 10, 3*time.Millisecond), ticks(10, 11, 0)...)...),
+			want:  then(ceilingCuts, plateaus(21)...),
+		},
+	})
+}
+
 // TestBudgetProbe checks the rise when loaded and under Hold: Step (2/s) times
 // the headroom below Hold (at least a quarter) times the time since the last
 // call; near a ceiling the link has shown, the plateau curve instead. No
