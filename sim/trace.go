@@ -31,6 +31,10 @@ const (
 	// that the default run (the last step plus 30 s) stays within the
 	// simulator's 48 h.
 	MaxScheduleTime = 24 * time.Hour
+	// MinScheduleRate is the least rate of a schedule's step other than 0
+	// (an outage): 1 kbit/s, a full-size packet every 12 s. Under it the
+	// link delivers nothing in any run the simulator makes.
+	MinScheduleRate = 1000
 	// maxOpportunitiesPerMs is the most delivery opportunities one
 	// millisecond may hold: controller.MaxRate (10 Tbit/s).
 	maxOpportunitiesPerMs = int64(controller.MaxRate) / 8 / 1000 / PacketBytes
@@ -148,8 +152,8 @@ func ParseMahimahi(name string, r io.Reader) (*Trace, error) {
 
 // ParseSchedule parses "20mbit" (constant) or steps such as
 // "40mbit@0s,10mbit@30s,40mbit@60s". Steps start at 0s, increase in time up
-// to MaxScheduleTime, and the last rate must be positive; rates are at most
-// controller.MaxRate.
+// to MaxScheduleTime, and the last rate must be positive; rates are 0 or
+// from MinScheduleRate to controller.MaxRate.
 func ParseSchedule(s string) (*Trace, error) {
 	parts := strings.Split(s, ",")
 	var steps []Step
@@ -159,6 +163,9 @@ func ParseSchedule(s string) (*Trace, error) {
 		rate, err := controller.ParseRate(rateStr)
 		if err != nil {
 			return nil, fmt.Errorf("schedule step %d (%q): %w", i+1, p, err)
+		}
+		if rate > 0 && rate < MinScheduleRate {
+			return nil, fmt.Errorf("schedule step %d (%q): rate %g bit/s is under 1kbit, the least a step may have (0 is an outage)", i+1, p, rate)
 		}
 		var at time.Duration
 		if hasAt {

@@ -191,6 +191,8 @@ func TestParseScheduleErrors(t *testing.T) {
 		// the simulator can never reach.
 		{in: "2000000000000000000", want: `invalid rate "2000000000000000000": above 10 Tbit/s`},
 		{in: "1e300gbit", want: "above 10 Tbit/s"},
+		{in: ".000001", want: `schedule step 1 (".000001"): rate 1e-06 bit/s is under 1kbit`},
+		{in: "40mbit@0s,999@10s", want: `schedule step 2 ("999@10s"): rate 999 bit/s is under 1kbit`},
 		{in: "40mbit@0s,1e300gbit@10s", want: `schedule step 2 ("1e300gbit@10s"): invalid rate "1e300gbit": above 10 Tbit/s`},
 		{in: "40mbit@0s,10mbit@2000000000s", want: "schedule step 2 (\"10mbit@2000000000s\"): time 555555h33m20s is beyond 24h0m0s"},
 		{in: "40mbit@0s,10mbit@2562047h", want: "beyond 24h0m0s"},
