@@ -498,19 +498,12 @@ func uciInt(v string) (int, error) {
 // name or path holding such bytes could not be written back or logged as
 // it was read.
 func checkUTF8(text string) error {
-	if utf8.ValidString(text) {
-		return nil
-	}
-	line := 1
-	for i := 0; i < len(text); {
-		r, n := utf8.DecodeRuneInString(text[i:])
-		if r == utf8.RuneError && n == 1 {
-			return fmt.Errorf("line %d: invalid UTF-8 byte 0x%02x", line, text[i])
+	for i, r := range text {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(text[i:]); n == 1 {
+				return fmt.Errorf("line %d: invalid UTF-8 byte 0x%02x", strings.Count(text[:i], "\n")+1, text[i])
+			}
 		}
-		if r == '\n' {
-			line++
-		}
-		i += n
 	}
 	return nil
 }
