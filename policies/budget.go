@@ -146,6 +146,11 @@ func (c BudgetConfig) Validate() error {
 //     stood for Standing. On upload our shaper is upstream of the bottleneck
 //     and its backlog says nothing about the bottleneck's queue; nor on a link
 //     with a ceiling of its own (see below), which has no fades.
+//   - Over the link (download only, see overLink): a delay over Hold while
+//     less reaches our shaper than its rate passes says the rate is over the
+//     link's capacity and the queue is the link's: unless the link has a
+//     ceiling of its own (see below), go to what reaches the shaper at once,
+//     without the wait that spaces cuts.
 //   - Over budget (see cut; the estimator's bloat verdict with the median over
 //     Hold, or the median over the budget): cut towards what the link delivers
 //     now (the achieved rate smoothed over 200 ms, or CAKE's capacity estimate
@@ -197,6 +202,7 @@ type Budget struct {
 	// justDropped: the previous call was a capacity drop.
 	justDropped bool
 	achieved    float64 // achieved rate smoothed over about 200ms
+	offered     float64 // and the offered rate (0 while not measured)
 	// knee is the rate of the last loaded call with next to no queue.
 	knee      float64
 	kneeAt    time.Time
@@ -241,6 +247,9 @@ func (b *Budget) Next(in Input) Proposal {
 	if p, ok := b.standing(in, t); ok {
 		return p
 	}
+	if p, ok := b.overLink(in, t); ok {
+		return p
+	}
 	switch {
 	case t.over:
 		return b.cut(in, t.delay)
@@ -276,6 +285,14 @@ func (b *Budget) start(in Input) tick {
 		b.achieved = o.Achieved
 	}
 	b.achieved += (o.Achieved - b.achieved) * math.Min(t.dt/0.2, 1)
+	switch {
+	case o.Offered <= 0:
+		b.offered = 0
+	case b.offered == 0:
+		b.offered = o.Offered
+	default:
+		b.offered += (o.Offered - b.offered) * math.Min(t.dt/0.2, 1)
+	}
 	t.delay = o.Delta - o.Serialisation
 	t.steady = b.steady(in.Now, o.Direction)
 	t.hold = c.Hold
@@ -417,6 +434,48 @@ func (b *Budget) standing(in Input, t tick) (Proposal, bool) {
 	}
 	return Proposal{}, false
 }
+
+// overLink brings the download's rate down to what the link delivers when
+// the delay shows a queue over Hold while less reaches the shaper than its
+// rate passes.
+//
+// On download our shaper is downstream of the link. While its rate is over
+// the link's capacity it holds no queue and limits nothing: the link
+// upstream delivers its capacity, which is what reaches the shaper
+// (Observation.Offered), and the senders' excess waits in the link's queue,
+// where it shows in the delay. There no rate of ours between the capacity
+// and the current one changes anything, and a queue the link holds is one
+// the senders keep filling until it overflows, whatever the budget: the
+// rate must come down to the capacity before our shaper controls the queue
+// again. It goes to what reaches the shaper (over about 200 ms) at once,
+// without the wait that spaces cuts (no cut of ours is what drains this
+// queue) and without marking a ceiling (a capacity that the delay did not
+// show the knee of); the ordinary rules then drain the queue from there.
+// Less than offeredMargin under the rate is counting noise. Measured on
+// the simulator's Poisson link, a steady 10 Mbit/s whose opportunities come
+// at random: the rate rose to its bound over the capacity in the troughs of
+// the delay, and stood there while the link's queue grew to 60-80 ms, where
+// classic's utilisation could be reached at no budget up to 90 ms
+// (docs/frontier.md).
+//
+// On a link with a ceiling of its own (steady) the rule stands aside: there
+// a rate over the capacity is a probe just past a knee the link has shown,
+// and the ordinary ease marks it and drains the probe's queue (MaxCut of
+// what gets through). Going only to the capacity left that queue standing
+// for the wait that spaces cuts: in the host lab's step, two of six runs
+// then took over 1 s to bring the delay back under the budget after the
+// drop.
+func (b *Budget) overLink(in Input, t tick) (Proposal, bool) {
+	if in.Obs.Direction != estimator.Down || b.offered <= 0 || t.delay <= t.hold || t.steady ||
+		b.offered >= (1-offeredMargin)*in.Rate {
+		return Proposal{}, false
+	}
+	return Proposal{Rate: in.Bounds.Clamp(b.offered), Reason: ReasonEase}, true
+}
+
+// offeredMargin is how far under the rate, as a fraction of it, what reaches
+// the shaper must be to say that the link, not the shaper, limits it.
+const offeredMargin = 0.03
 
 // ease handles a delay between Hold and the budget: MaxCut of what gets through, spaced like cuts.
 func (b *Budget) ease(in Input, delay time.Duration) Proposal {

@@ -709,6 +709,72 @@ func TestBudgetEase(t *testing.T) {
 	})
 }
 
+// TestBudgetOverLink checks the download's rate over the link: a delay over
+// Hold while less reaches the shaper than its rate (by offeredMargin, 3 %)
+// brings the rate to what reaches it (smoothed over about 200ms) at once,
+// without the wait that spaces cuts.
+func TestBudgetOverLink(t *testing.T) {
+	// 13ms: over Hold (11.25ms), within the budget.
+	over := func(at time.Duration, rate, offered float64) budgetStep {
+		return budgetStep{at: at, rate: rate, delta: 13 * time.Millisecond, achieved: offered, offered: offered, load: offered / rate}
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "the link delivers less than the rate: to what it delivers",
+			steps: []budgetStep{over(0, 50e6, 40e6)},
+			want:  []expect{exactly(reasonEase, 40e6)},
+		},
+		{
+			name:  "over the budget too: to what it delivers, not a cut",
+			steps: []budgetStep{{rate: 50e6, delta: 30 * time.Millisecond, bloat: true, achieved: 40e6, offered: 40e6, load: 0.8}},
+			want:  []expect{exactly(reasonEase, 40e6)},
+		},
+		{
+			// Within the wait after the first ease (263ms), the link
+			// delivering less again brings the rate down again.
+			name:  "without the wait that spaces cuts",
+			steps: []budgetStep{over(0, 50e6, 40e6), over(50*time.Millisecond, 40e6, 30e6)},
+			// Smoothed over 200ms: 40 + (30-40)/4.
+			want: []expect{exactly(reasonEase, 40e6), exactly(reasonEase, 37.5e6)},
+		},
+		{
+			name:  "within the margin: an ordinary ease",
+			steps: []budgetStep{over(0, 50e6, 49e6)},
+			want:  []expect{exactly(reasonEase, 0.95*49e6)},
+		},
+		{
+			name:  "more reaches the shaper than its rate: an ordinary ease",
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 50e6, offered: 55e6, load: 1}},
+			want:  []expect{exactly(reasonEase, 0.95*50e6)},
+		},
+		{
+			name:  "the delay under Hold: no queue to act on",
+			steps: []budgetStep{{rate: 50e6, delta: 10 * time.Millisecond, achieved: 40e6, offered: 40e6, load: 0.8}},
+			want:  []expect{held},
+		},
+		{
+			name:  "unmeasured: an ordinary ease",
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 40e6, load: 0.8}},
+			want:  []expect{exactly(reasonEase, 0.95*40e6)},
+		},
+		{
+			// A link with a ceiling of its own (see ceiling): the rate
+			// over it is a probe past a known knee, which the ordinary
+			// ease marks and drains (MaxCut of what gets through).
+			name:  "a ceiling of its own: an ordinary ease",
+			steps: after(ceiling, over(900*time.Millisecond, 45e6, 38e6)),
+			want:  then(ceilingCuts, exactly(reasonEase, 0.95*38e6)),
+		},
+		{
+			// On upload our shaper is upstream of the link: what reaches
+			// it is what the senders send, not what the link delivers.
+			name:  "upload: an ordinary ease",
+			steps: []budgetStep{{rate: 50e6, delta: 13 * time.Millisecond, achieved: 40e6, offered: 40e6, load: 0.8, up: true}},
+			want:  []expect{exactly(reasonEase, 0.95*40e6)},
+		},
+	})
+}
+
 // ceiling is a link that showed 40 Mbit/s twice: two cuts (14ms: over Hold,
 // within the budget, so no time over the budget counts) with 40 Mbit/s
 // getting through a rate of 50, at 0 and at 600ms, the delay back to nothing
