@@ -281,17 +281,11 @@ func (b *Budget) start(in Input) tick {
 	// One 50 ms sample of the achieved rate can fall in a fade (nothing
 	// delivered for 100 ms is common on cellular links); what a cut aims at is
 	// the capacity of the last few hundred milliseconds.
-	if b.achieved == 0 {
-		b.achieved = o.Achieved
-	}
-	b.achieved += (o.Achieved - b.achieved) * math.Min(t.dt/0.2, 1)
-	switch {
-	case o.Offered <= 0:
-		b.offered = 0
-	case b.offered == 0:
-		b.offered = o.Offered
-	default:
-		b.offered += (o.Offered - b.offered) * math.Min(t.dt/0.2, 1)
+	b.achieved = follow(b.achieved, o.Achieved, t.dt)
+	if o.Offered > 0 {
+		b.offered = follow(b.offered, o.Offered, t.dt)
+	} else {
+		b.offered = 0 // unmeasured
 	}
 	t.delay = o.Delta - o.Serialisation
 	t.steady = b.steady(in.Now, o.Direction)
@@ -318,6 +312,15 @@ func (b *Budget) start(in Input) tick {
 	}
 	b.queueAtCeiling(in, t)
 	return t
+}
+
+// follow returns mean, smoothed over about 200 ms, after a tick of dt
+// seconds that measured x; the first measure (mean 0) starts it.
+func follow(mean, x, dt float64) float64 {
+	if mean == 0 {
+		return x
+	}
+	return mean + (x-mean)*math.Min(dt/0.2, 1)
 }
 
 // queueAtCeiling keeps what the delay shows while the download's rate
