@@ -12,8 +12,10 @@
 //
 // The controller under test is the real one (package controller) with a fake
 // clock: its probes are answered with the delays the model's queues give, per
-// reflector base delay and jitter, and optional loss. An independent probe,
-// which the controller never sees, scores the run every 10 ms.
+// reflector base delay and jitter, and optional loss; an answer later than
+// the daemon's probe deadline is lost, as the daemon counts it. An
+// independent probe, which the controller never sees, scores the run every
+// 10 ms.
 package sim
 
 import (
@@ -56,9 +58,10 @@ type Config struct {
 	SenderBytesPerMs int64
 	// Reflectors answer the controller's probes, default 6; ProbeRate is the
 	// total answers per second, default the daemon's (40); ProbeLoss the
-	// chance that a probe goes unanswered; ReflectorSpread the largest extra
-	// base delay of a reflector, default 20ms; Jitter the mean of the
-	// exponential jitter added each way, default 1ms.
+	// chance that a probe goes unanswered (besides those whose answer would
+	// come later than the daemon's probe deadline); ReflectorSpread the
+	// largest extra base delay of a reflector, default 20ms; Jitter the mean
+	// of the exponential jitter added each way, default 1ms.
 	Reflectors      int
 	ProbeRate       float64
 	ProbeLoss       float64
@@ -505,6 +508,11 @@ func (r *replay) followOracle(now int64) {
 	}
 }
 
+// probeDeadline is how long, in ms, an answer may take before the daemon's
+// probe pool counts its probe as lost (its default Deadline): a later answer
+// never reaches the estimator.
+var probeDeadline = float64(probe.DefaultPoolDeadline.Milliseconds())
+
 // sendProbe sends the controller's next probe when one is due and the
 // controller is not idle, and queues its answers with the delays the
 // model's queues, the reflector and jitter give, unless the probe is lost.
@@ -528,6 +536,9 @@ func (r *replay) sendProbe(now int64) {
 	downD := half + rf.extra/2 + down.wait + down.empty + down.sparseWait() + r.m.jitter()
 	sent := float64(now)
 	arrive := sent + upD + downD
+	if upD+downD > probeDeadline {
+		return // the daemon's probe pool counts it lost (PoolConfig.Deadline)
+	}
 	if r.cfg.Echo {
 		r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
 		return
