@@ -511,7 +511,7 @@ func (r *replay) followOracle(now int64) {
 // probeDeadline is how long, in ms, an answer may take before the daemon's
 // probe pool counts its probe as lost (its default Deadline): a later answer
 // never reaches the estimator.
-var probeDeadline = float64(probe.DefaultPoolDeadline.Milliseconds())
+const probeDeadline = float64(probe.DefaultPoolDeadline / time.Millisecond)
 
 // sendProbe sends the controller's next probe when one is due and the
 // controller is not idle, and queues its answers with the delays the
@@ -534,13 +534,14 @@ func (r *replay) sendProbe(now int64) {
 	half := float64(r.cfg.BaseRTT.Milliseconds()) / 2
 	upD := half + rf.extra/2 + up.sparseWait() + up.wait + up.empty + r.m.jitter()
 	downD := half + rf.extra/2 + down.wait + down.empty + down.sparseWait() + r.m.jitter()
-	sent := float64(now)
-	arrive := sent + upD + downD
-	if upD+downD > probeDeadline {
+	rtt := upD + downD
+	if rtt > probeDeadline {
 		return // the daemon's probe pool counts it lost (PoolConfig.Deadline)
 	}
+	sent := float64(now)
+	arrive := sent + rtt
 	if r.cfg.Echo {
-		r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(upD + downD)}})
+		r.pending = insertSample(r.pending, pendingSample{arrive, estimator.Sample{Reflector: rf.name, Kind: estimator.RTT, Sent: at(sent), Delay: msDur(rtt)}})
 		return
 	}
 	// ICMP timestamps: whole milliseconds of two clocks.
