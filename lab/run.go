@@ -115,66 +115,96 @@ type RunConfig struct {
 	RTT time.Duration
 }
 
-// Run runs one scheme on the built topology: bottlenecks following the
-// capacities, the scheme on rtr, the load and the independent probe. It
-// returns one result per loaded direction, in the simulator's shape, with
-// 100 ms series.
-func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (results []sim.Result, err error) {
+// withDefaults fills in the streams and the warm-up.
+func (cfg RunConfig) withDefaults() RunConfig {
 	if cfg.Streams == 0 {
 		cfg.Streams = 4
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = 3 * time.Second
 	}
-	if cfg.Duration <= 0 || cfg.Budget <= 0 {
-		return nil, errors.New("a run needs a duration and a budget")
-	}
-	var necks [2]*Bottleneck
-	devs := [2]string{estimator.Down: ISPDown, estimator.Up: ISPUp}
-	for _, d := range estimator.Directions {
-		if cfg.Capacity[d] == nil {
-			continue
-		}
-		if necks[d], err = NewBottleneck(top.ISP, devs[d], cfg.Capacity[d], cfg.Bottleneck); err != nil {
-			return nil, err
-		}
-		defer necks[d].Close()
-	}
-	defer func() {
-		for _, d := range estimator.Directions {
-			if necks[d] != nil {
-				run("tc", "-n", top.ISP, "qdisc", "del", "dev", devs[d], "root")
-			}
-		}
-	}()
+	return cfg
+}
 
-	sh, err := startScheme(top, cfg, scheme)
+func (cfg RunConfig) check() error {
+	if cfg.Duration <= 0 || cfg.Budget <= 0 {
+		return errors.New("a run needs a duration and a budget")
+	}
+	return nil
+}
+
+// Run runs one scheme on the built topology: bottlenecks following the
+// capacities, the scheme on rtr, the load and the independent probe. It
+// returns one result per loaded direction, in the simulator's shape, with
+// 100 ms series.
+func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (results []sim.Result, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	rt, err := startLocal(top, cfg, scheme)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if serr := sh.stop(); err == nil && serr != nil {
-			err = serr
+		if cerr := rt.close(); err == nil && cerr != nil {
+			err = cerr
 		}
 	}()
+	return measure(ctx, top, cfg, scheme, rt)
+}
 
+// A router is what a run puts on rtr and isp: the bottlenecks and the
+// scheme, in this kernel (localRouter) or in the split lab's
+// (guestRouter).
+type router interface {
+	// failed delivers an error when the run cannot go on.
+	failed() <-chan error
+	// begin starts the bottlenecks on their capacities and, where the
+	// download shaper is CAKE, the reading of its estimate, at start.
+	begin(ctx context.Context, start time.Time) error
+	// end stops them and returns the scheme (still running, for its
+	// rates) and CAKE's estimate, in bit/s since start.
+	end() (schemeRunner, stepSeries, error)
+	// close stops the scheme and removes the bottlenecks.
+	close() error
+}
+
+// A stepSeries is a value that holds from each of its times (since a
+// run's start) to the next; 0 before the first.
+type stepSeries struct {
+	T []time.Duration `json:"t_ns"`
+	V []float64       `json:"v"`
+}
+
+func (s stepSeries) at(t time.Duration) float64 {
+	i, _ := slices.BinarySearch(s.T, t+1)
+	if i == 0 {
+		return 0
+	}
+	return s.V[i-1]
+}
+
+// measure runs the probe and the load against a started router and scores
+// the run.
+func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, rt router) ([]sim.Result, error) {
 	probe, err := StartProbe(top)
 	if err != nil {
 		return nil, err
 	}
 	defer probe.Stop()
 	// The empty line's delay: the baseline the added delay is measured from.
-	if err := sleep(ctx, min(cfg.Warmup, time.Second), sh.failed()); err != nil {
+	if err := sleep(ctx, min(cfg.Warmup, time.Second), rt.failed()); err != nil {
 		return nil, err
 	}
 	base := baselines(probe.Samples())
-	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second), sh.failed()); err != nil {
+	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second), rt.failed()); err != nil {
 		return nil, err
 	}
 
 	var loads [2]*Load
 	for _, d := range estimator.Directions {
-		if necks[d] == nil {
+		if cfg.Capacity[d] == nil {
 			continue
 		}
 		if loads[d], err = StartLoad(top, d == estimator.Down, cfg.Streams, cfg.CC); err != nil {
@@ -183,23 +213,8 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 		defer loads[d].Stop()
 	}
 	start := time.Now()
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	followErr := make(chan error, 2)
-	for _, d := range estimator.Directions {
-		if necks[d] != nil {
-			go func() { followErr <- necks[d].Follow(fctx, start) }()
-		}
-	}
-
-	// CAKE's capacity estimate on the download shaper, as the kernel
-	// reports it.
-	var cakeReader *shaperReader
-	if cfg.Backend == actuator.CAKE && scheme.Name != "unshaped" && loads[estimator.Down] != nil {
-		if cakeReader, err = openShaperReader(top.Rtr); err != nil {
-			return nil, err
-		}
-		defer cakeReader.close()
+	if err := rt.begin(ctx, start); err != nil {
+		return nil, err
 	}
 	var series [2]sim.Series
 	var received [2]int64
@@ -209,12 +224,8 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case err := <-sh.failed():
+		case err := <-rt.failed():
 			return nil, err
-		case err := <-followErr:
-			if err != nil {
-				return nil, fmt.Errorf("bottleneck: %w", err)
-			}
 		case now := <-tick.C:
 			t := now.Sub(start).Seconds()
 			for _, d := range estimator.Directions {
@@ -228,22 +239,145 @@ func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (resu
 				ms := int64(math.Round(t*1000)) - 100
 				s.Capacity = append(s.Capacity, round3(cfg.Capacity[d].RateAt(max(ms, 0), 100)/1e6))
 				received[d] = n
-				if d == estimator.Down && cakeReader != nil {
-					// A failed read (the scheme rebuilding its shaping)
-					// holds the last value.
-					est, err := cakeReader.estimate()
-					if err != nil && len(s.CapacityEstimate) > 0 {
-						est = uint64(s.CapacityEstimate[len(s.CapacityEstimate)-1] * 1e6)
-					}
-					s.CapacityEstimate = append(s.CapacityEstimate, round3(float64(est)/1e6))
+			}
+			if !now.After(end) {
+				continue
+			}
+			sh, est, err := rt.end()
+			if err != nil {
+				return nil, err
+			}
+			if len(est.T) > 0 {
+				s := &series[estimator.Down]
+				for _, t := range s.T {
+					s.CapacityEstimate = append(s.CapacityEstimate, round3(est.at(time.Duration(t*float64(time.Second)))/1e6))
 				}
 			}
-			if now.After(end) {
-				cancel()
-				return score(cfg, scheme, sh, start, series, received, probe.Samples(), base), nil
-			}
+			return score(cfg, scheme, sh, start, series, received, probe.Samples(), base), nil
 		}
 	}
+}
+
+// localRouter is the bottlenecks and the scheme in this kernel's isp and
+// rtr.
+type localRouter struct {
+	top    *Topology
+	cfg    RunConfig
+	necks  [2]*Bottleneck
+	sh     schemeRunner
+	errs   chan error
+	cancel context.CancelFunc
+	reader *shaperReader // CAKE's estimate, where it is read
+	done   chan struct{} // readEstimate has ended
+	est    stepSeries
+}
+
+// startLocal puts the bottlenecks on isp, at their capacities' start, and
+// starts the scheme on rtr.
+func startLocal(top *Topology, cfg RunConfig, scheme Scheme) (_ *localRouter, err error) {
+	r := &localRouter{top: top, cfg: cfg, errs: make(chan error, 3), cancel: func() {}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	for _, d := range estimator.Directions {
+		if cfg.Capacity[d] == nil {
+			continue
+		}
+		if r.necks[d], err = NewBottleneck(top.ISP, bottleneckDevs[d], cfg.Capacity[d], cfg.Bottleneck); err != nil {
+			return nil, err
+		}
+	}
+	if r.sh, err = startScheme(top, cfg, scheme); err != nil {
+		return nil, err
+	}
+	if f := r.sh.failed(); f != nil {
+		go func() {
+			if err, ok := <-f; ok {
+				r.errs <- err
+			}
+		}()
+	}
+	// CAKE's capacity estimate on the download shaper, as the kernel
+	// reports it.
+	if cfg.Backend == actuator.CAKE && scheme.Name != "unshaped" && cfg.Capacity[estimator.Down] != nil {
+		if r.reader, err = openShaperReader(top.Rtr); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// bottleneckDevs are isp's bottleneck interfaces, by direction.
+var bottleneckDevs = [2]string{estimator.Down: ISPDown, estimator.Up: ISPUp}
+
+func (r *localRouter) failed() <-chan error { return r.errs }
+
+func (r *localRouter) begin(ctx context.Context, start time.Time) error {
+	fctx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	for _, d := range estimator.Directions {
+		if r.necks[d] != nil {
+			go func() {
+				if err := r.necks[d].Follow(fctx, start); err != nil && fctx.Err() == nil {
+					r.errs <- fmt.Errorf("bottleneck: %w", err)
+				}
+			}()
+		}
+	}
+	if r.reader != nil {
+		r.done = make(chan struct{})
+		go r.readEstimate(fctx, start)
+	}
+	return nil
+}
+
+// readEstimate reads CAKE's estimate every 100 ms until ctx ends. A failed
+// read (the scheme rebuilding its shaping) holds the last value.
+func (r *localRouter) readEstimate(ctx context.Context, start time.Time) {
+	defer close(r.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if bps, err := r.reader.estimate(); err == nil {
+			r.est.T = append(r.est.T, time.Since(start))
+			r.est.V = append(r.est.V, float64(bps))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// end stops the bottlenecks' traces and the estimate's reading.
+func (r *localRouter) end() (schemeRunner, stepSeries, error) {
+	r.cancel()
+	if r.done != nil {
+		<-r.done
+		r.done = nil
+	}
+	return r.sh, r.est, nil
+}
+
+func (r *localRouter) close() error {
+	r.end()
+	if r.reader != nil {
+		r.reader.close()
+	}
+	var err error
+	if r.sh != nil {
+		err = r.sh.stop()
+	}
+	for _, d := range estimator.Directions {
+		if r.necks[d] != nil {
+			r.necks[d].Close()
+			run("tc", "-n", r.top.ISP, "qdisc", "del", "dev", bottleneckDevs[d], "root")
+		}
+	}
+	return err
 }
 
 // baselines is the least delay each way of the samples so far.

@@ -70,6 +70,9 @@ const Reflectors = 6
 type Topology struct {
 	Prefix             string
 	Cli, Rtr, ISP, Srv string // namespace names
+	// Wire is a split lab's host namespace that joins cli and srv to the
+	// kernel that holds rtr and isp (BuildHosts); empty otherwise.
+	Wire string
 
 	CliAddr, RtrLANAddr netip.Addr
 	RtrWANAddr, ISPAddr netip.Addr
@@ -81,21 +84,9 @@ type Topology struct {
 // left with the same prefix), wires them and turns forwarding on in rtr and
 // isp. On error nothing is left behind.
 func Build(prefix string) (t *Topology, err error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the lab needs root: it creates network namespaces")
-	}
-	if err := CheckPrefix(prefix); err != nil {
+	t, err = newTopology(prefix)
+	if err != nil {
 		return nil, err
-	}
-	if _, err := RemoveStale(prefix); err != nil {
-		return nil, err
-	}
-	t = &Topology{Prefix: prefix, Cli: prefix + "cli", Rtr: prefix + "rtr", ISP: prefix + "isp", Srv: prefix + "srv",
-		CliAddr: netip.MustParseAddr("10.91.1.2"), RtrLANAddr: netip.MustParseAddr("10.91.1.1"),
-		RtrWANAddr: netip.MustParseAddr("10.91.2.1"), ISPAddr: netip.MustParseAddr("10.91.2.2"),
-		SrvAddr: netip.MustParseAddr("10.91.3.2")}
-	for i := range Reflectors {
-		t.ReflectorAddrs = append(t.ReflectorAddrs, netip.AddrFrom4([4]byte{10, 91, 4, byte(i + 1)}))
 	}
 	defer func() {
 		if err != nil {
@@ -104,10 +95,7 @@ func Build(prefix string) (t *Topology, err error) {
 		}
 	}()
 	for _, ns := range t.Namespaces() {
-		if err := ipRun("netns", "add", ns); err != nil {
-			return t, err
-		}
-		if err := ipRun("-n", ns, "link", "set", "lo", "up"); err != nil {
+		if err := addNS(ns); err != nil {
 			return t, err
 		}
 	}
@@ -122,14 +110,8 @@ func Build(prefix string) (t *Topology, err error) {
 		{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
 		{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
 	}
-	for _, a := range t.ReflectorAddrs {
-		steps = append(steps, []string{"-n", t.Srv, "addr", "add", a.String() + "/32", "dev", "lo"})
-	}
-	// No super-packets on any lab interface: a short shaper queue would drop
-	// 64 KB at a time (veth does no GRO unless asked to).
-	for _, l := range [][2]string{{t.Cli, CliLAN}, {t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}, {t.Srv, SrvNet}} {
-		steps = append(steps, []string{"-n", l[0], "link", "set", "dev", l[1], "gso_max_segs", "1", "up"})
-	}
+	steps = append(steps, t.reflectorSteps()...)
+	steps = append(steps, upSteps([][2]string{{t.Cli, CliLAN}, {t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}, {t.Srv, SrvNet}})...)
 	steps = append(steps,
 		[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
 		[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
@@ -137,17 +119,80 @@ func Build(prefix string) (t *Topology, err error) {
 		[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
 		[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
 	)
-	for _, s := range steps {
-		if err := ipRun(s...); err != nil {
-			return t, err
-		}
+	if err := ipSteps(steps); err != nil {
+		return t, err
 	}
-	for _, ns := range []string{t.Rtr, t.ISP} {
-		if err := nsRun(ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
-			return t, err
-		}
+	return t, t.forward()
+}
+
+// newTopology checks prefix, removes what a crashed run left under it and
+// names the lab's namespaces and addresses; it creates nothing.
+func newTopology(prefix string) (*Topology, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab needs root: it creates network namespaces")
+	}
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, err
+	}
+	if _, err := RemoveStale(prefix); err != nil {
+		return nil, err
+	}
+	t := &Topology{Prefix: prefix, Cli: prefix + "cli", Rtr: prefix + "rtr", ISP: prefix + "isp", Srv: prefix + "srv",
+		CliAddr: netip.MustParseAddr("10.91.1.2"), RtrLANAddr: netip.MustParseAddr("10.91.1.1"),
+		RtrWANAddr: netip.MustParseAddr("10.91.2.1"), ISPAddr: netip.MustParseAddr("10.91.2.2"),
+		SrvAddr: netip.MustParseAddr("10.91.3.2")}
+	for i := range Reflectors {
+		t.ReflectorAddrs = append(t.ReflectorAddrs, netip.AddrFrom4([4]byte{10, 91, 4, byte(i + 1)}))
 	}
 	return t, nil
+}
+
+// addNS creates a namespace with its loopback up.
+func addNS(ns string) error {
+	if err := ipRun("netns", "add", ns); err != nil {
+		return err
+	}
+	return ipRun("-n", ns, "link", "set", "lo", "up")
+}
+
+// reflectorSteps put the reflector addresses on srv's loopback.
+func (t *Topology) reflectorSteps() [][]string {
+	var steps [][]string
+	for _, a := range t.ReflectorAddrs {
+		steps = append(steps, []string{"-n", t.Srv, "addr", "add", a.String() + "/32", "dev", "lo"})
+	}
+	return steps
+}
+
+// upSteps bring each (namespace, interface) up without super-packets: a
+// short shaper queue would drop 64 KB at a time (veth does no GRO unless
+// asked to).
+func upSteps(links [][2]string) [][]string {
+	var steps [][]string
+	for _, l := range links {
+		steps = append(steps, []string{"-n", l[0], "link", "set", "dev", l[1], "gso_max_segs", "1", "up"})
+	}
+	return steps
+}
+
+// ipSteps runs ip with each step's arguments, up to the first failure.
+func ipSteps(steps [][]string) error {
+	for _, s := range steps {
+		if err := ipRun(s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forward turns forwarding on in rtr and isp.
+func (t *Topology) forward() error {
+	for _, ns := range []string{t.Rtr, t.ISP} {
+		if err := nsRun(ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckPrefix reports whether prefix can start the names of a lab's
@@ -160,7 +205,12 @@ func CheckPrefix(prefix string) error {
 }
 
 // Namespaces lists the lab's namespaces.
-func (t *Topology) Namespaces() []string { return []string{t.Cli, t.Rtr, t.ISP, t.Srv} }
+func (t *Topology) Namespaces() []string {
+	if t.Wire != "" {
+		return []string{t.Cli, t.Srv, t.Wire}
+	}
+	return []string{t.Cli, t.Rtr, t.ISP, t.Srv}
+}
 
 // Close deletes the namespaces (and with them every veth and qdisc in them).
 func (t *Topology) Close() error {
@@ -237,23 +287,35 @@ func (t *Topology) SetRTT(rtt time.Duration) error {
 		return nil
 	}
 	half := fmt.Sprintf("%dus", (rtt / 2).Microseconds())
-	limit := fmt.Sprint(netemLimit)
+	if err := netemStep(run("tc", "-n", t.Srv, "qdisc", "replace", "dev", SrvNet, "root", "netem", "delay", half, "limit", fmt.Sprint(netemLimit))); err != nil {
+		return err
+	}
+	return ingressDelay(t.Srv, SrvNet, srvDelayIFB, half)
+}
+
+// ingressDelay delays what arrives on dev in ns by d (netem's form) on an
+// IFB named ifb that takes dev's ingress.
+func ingressDelay(ns, dev, ifb, d string) error {
 	steps := [][]string{
-		{"tc", "-n", t.Srv, "qdisc", "replace", "dev", SrvNet, "root", "netem", "delay", half, "limit", limit},
-		{"ip", "-n", t.Srv, "link", "add", srvDelayIFB, "type", "ifb"},
-		{"ip", "-n", t.Srv, "link", "set", "dev", srvDelayIFB, "up"},
-		{"tc", "-n", t.Srv, "qdisc", "replace", "dev", srvDelayIFB, "root", "netem", "delay", half, "limit", limit},
-		{"tc", "-n", t.Srv, "qdisc", "add", "dev", SrvNet, "handle", "ffff:", "ingress"},
-		{"tc", "-n", t.Srv, "filter", "add", "dev", SrvNet, "parent", "ffff:", "matchall",
-			"action", "mirred", "egress", "redirect", "dev", srvDelayIFB},
+		{"ip", "-n", ns, "link", "add", ifb, "type", "ifb"},
+		{"ip", "-n", ns, "link", "set", "dev", ifb, "up"},
+		{"tc", "-n", ns, "qdisc", "replace", "dev", ifb, "root", "netem", "delay", d, "limit", fmt.Sprint(netemLimit)},
+		{"tc", "-n", ns, "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"},
+		{"tc", "-n", ns, "filter", "add", "dev", dev, "parent", "ffff:", "matchall",
+			"action", "mirred", "egress", "redirect", "dev", ifb},
 	}
 	for _, s := range steps {
-		if err := run(s[0], s[1:]...); err != nil {
-			if strings.Contains(err.Error(), "netem") || strings.Contains(err.Error(), "Unknown qdisc") {
-				return fmt.Errorf("a base round trip needs netem, which this kernel lacks (use linklab run --kernel uml): %w", err)
-			}
+		if err := netemStep(run(s[0], s[1:]...)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// netemStep names a missing netem in a step's error.
+func netemStep(err error) error {
+	if err != nil && (strings.Contains(err.Error(), "netem") || strings.Contains(err.Error(), "Unknown qdisc")) {
+		return fmt.Errorf("a base round trip needs netem, which this kernel lacks (use linklab run --kernel uml): %w", err)
+	}
+	return err
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/autoshape/autoshape/estimator"
 	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/lab/uml"
 	"github.com/autoshape/autoshape/policies"
 	"github.com/autoshape/autoshape/sim"
 )
@@ -34,6 +35,7 @@ import (
 const usage = `usage: linklab run --scenario step|dsl|lte --scheme SCHEME [--scheme SCHEME ...] [flags]
        linklab sweep --scenario dsl --direction down|up|both [--from F --to F --step F --hold D] [--json]
        linklab load --ns NS --addr HOST:PORT --direction down|up [--streams N]   (the sweep's load, run by it)
+       linklab router [run's flags] DIR   (the router half of run --kernel uml, run by it inside the kernel)
 
 schemes:
   unshaped
@@ -96,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = sweepCmd(args[1:], stdout, stderr)
 	case args[0] == "uml":
 		err = umlCmd(args[1:], stdout, stderr)
+	case args[0] == "router":
+		err = routerCmd(args[1:], stderr)
 	case args[0] == "load":
 		err = loadCmd(args[1:], stderr)
 	default:
@@ -227,7 +231,10 @@ func needRoot() error {
 // openLab builds the lab under its prefix, once root is checked, with a
 // context that ends on SIGINT or SIGTERM; closeLab removes the lab and stops
 // catching the signals.
-func openLab(rtt time.Duration) (ctx context.Context, top *lab.Topology, closeLab func(), err error) {
+//
+// split builds a split lab's host half (lab.BuildHosts): the router half is
+// built inside the kernel for each run, with the round trip.
+func openLab(rtt time.Duration, split bool) (ctx context.Context, top *lab.Topology, closeLab func(), err error) {
 	pfx, err := prefix()
 	if err != nil {
 		return nil, nil, nil, err
@@ -236,6 +243,13 @@ func openLab(rtt time.Duration) (ctx context.Context, top *lab.Topology, closeLa
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if split {
+		if top, err = lab.BuildHosts(pfx); err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		return ctx, top, func() { top.Close(); stop() }, nil
+	}
 	if top, err = lab.Build(pfx); err != nil {
 		stop()
 		return nil, nil, nil, err
@@ -248,7 +262,25 @@ func openLab(rtt time.Duration) (ctx context.Context, top *lab.Topology, closeLa
 	return ctx, top, func() { top.Close(); stop() }, nil
 }
 
-func runCmd(args []string, stdout, stderr io.Writer) error {
+// runOpts is `linklab run`'s command line, read.
+type runOpts struct {
+	name    string // the scenario's
+	sc      scenario
+	caps    [2]*sim.Trace
+	cfg     lab.RunConfig
+	schemes []lab.Scheme
+	// rawSchemes are the schemes as given, for the router half.
+	rawSchemes []string
+	kernel     string
+	asJSON     bool
+	withSim    bool
+	extraArg   []string // what parseRunArgs left: the router half's directory
+}
+
+// parseRun reads `linklab run`'s flags; router is `linklab router`, which
+// takes the same and its directory after them.
+func parseRun(args []string, stderr io.Writer, router bool) (runOpts, error) {
+	var o runOpts
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	lf := addLineFlags(fs, "step")
@@ -260,36 +292,31 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	autoshape := fs.String("autoshape", "", "the autoshape binary (default: beside linklab, else in PATH)")
 	asJSON := fs.Bool("json", false, "print the JSON report (with series) instead of the table")
 	withSim := fs.Bool("sim", false, "also run the simulator on the same line and schemes, with the lab's round trip, and print them side by side")
-	kernel := fs.String("kernel", kernelHost, "host (HTB, no netem) or uml: inside the User-mode Linux kernel, with CAKE and netem")
+	kernel := fs.String("kernel", kernelHost, "host (HTB, no netem) or uml: the router and the ISP inside the User-mode Linux kernel, with CAKE and netem, the hosts (load, reflectors, probe) outside")
 	backendName := fs.String("backend", "", "the router's shaper, cake or htb (default: cake with --kernel uml, else htb)")
 	rtt := fs.Duration("rtt", -1, "the path's base round trip, added with netem (default: the scenario's with --kernel uml: step and dsl 20ms, lte 50ms; 0 on the host)")
-	if err := parseArgs(fs, args); err != nil {
-		return err
+	if router {
+		if err := fs.Parse(args); err != nil {
+			return o, usageError{err}
+		}
+		o.extraArg = fs.Args()
+	} else if err := parseArgs(fs, args); err != nil {
+		return o, err
 	}
 	if err := checkKernel(*kernel); err != nil {
-		return err
+		return o, err
 	}
 	sc, caps, err := lf.line()
 	if err != nil {
-		return err
+		return o, err
 	}
-	if *kernel == kernelUML {
-		// Checked here, run inside.
-		if _, err := lineBackend(*backendName, true); err != nil {
-			return err
-		}
-		return inUML("run", args, stdout, stderr)
-	}
-	// Inside the User-mode Linux kernel, linklab runs with --kernel host
-	// (dropped) and finds CAKE: the defaults follow the kernel.
-	insideUML := umlInside()
-	backend, err := lineBackend(*backendName, insideUML)
+	backend, err := lineBackend(*backendName, *kernel == kernelUML)
 	if err != nil {
-		return err
+		return o, err
 	}
 	if *rtt < 0 {
 		*rtt = 0
-		if insideUML {
+		if *kernel == kernelUML {
 			*rtt = sc.rtt
 		}
 	}
@@ -298,43 +325,65 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		sc.duration = *duration
 	}
 	if sc.duration < 5*time.Second || *budget <= 0 || *streams < 1 {
-		return usageError{fmt.Errorf("want --duration of 5s or more, a positive --budget and --streams")}
+		return o, usageError{fmt.Errorf("want --duration of 5s or more, a positive --budget and --streams")}
 	}
 	if len(schemes) == 0 {
 		schemes = schemeList{"unshaped", "autoshape"}
 	}
-	var parsed []lab.Scheme
 	for _, s := range schemes {
 		p, err := lab.ParseScheme(s)
 		if err != nil {
-			return usageError{err}
+			return o, usageError{err}
 		}
-		parsed = append(parsed, p)
+		o.schemes = append(o.schemes, p)
+		o.rawSchemes = append(o.rawSchemes, s)
 	}
-	cfg := lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck,
+	o.cfg = lab.RunConfig{Capacity: caps, Duration: sc.duration, Budget: *budget, Streams: *streams, CC: *cc, Bottleneck: sc.bottleneck,
 		Backend: backend, RTT: *rtt}
-	for _, s := range parsed {
+	for _, s := range o.schemes {
 		if s.NeedsAutoshape() {
 			bin, err := findAutoshape(*autoshape)
 			if err != nil {
-				return usageError{err}
+				return o, usageError{err}
 			}
-			cfg.Autoshape = bin
+			o.cfg.Autoshape = bin
 		}
 	}
-	ctx, top, closeLab, err := openLab(*rtt)
+	o.name, o.sc, o.caps, o.kernel, o.asJSON, o.withSim = *lf.name, sc, caps, *kernel, *asJSON, *withSim
+	return o, nil
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, stderr, false)
+	if err != nil {
+		return err
+	}
+	if o.kernel == kernelUML {
+		if err := needRoot(); err != nil {
+			return err
+		}
+		if err := uml.Install(stderr); err != nil {
+			return err
+		}
+	}
+	ctx, top, closeLab, err := openLab(o.cfg.RTT, o.kernel == kernelUML)
 	if err != nil {
 		return err
 	}
 	defer closeLab()
-	rep := Report{TraceDown: sc.down, TraceUp: sc.up, DurationS: sc.duration.Seconds(), BudgetMs: float64(*budget) / 1e6,
-		Kernel: kernelHost, Backend: string(backend), RTTMs: float64(*rtt) / 1e6}
-	if insideUML {
-		rep.Kernel = kernelUML
-	}
-	for _, s := range parsed {
-		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, *lf.name, sc.duration)
-		rs, err := lab.Run(ctx, top, cfg, s)
+	rep := Report{TraceDown: o.sc.down, TraceUp: o.sc.up, DurationS: o.sc.duration.Seconds(), BudgetMs: float64(o.cfg.Budget) / 1e6,
+		Kernel: o.kernel, Backend: string(o.cfg.Backend), RTTMs: float64(o.cfg.RTT) / 1e6}
+	for i, s := range o.schemes {
+		fmt.Fprintf(stderr, "linklab: %s on %s for %v\n", s.Name, o.name, o.sc.duration)
+		var rs []sim.Result
+		if o.kernel == kernelUML {
+			var guest lab.GuestCommand
+			if guest, err = routerCommand(args, o.rawSchemes[i], stderr); err == nil {
+				rs, err = lab.RunSplit(ctx, top, o.cfg, s, guest)
+			}
+		} else {
+			rs, err = lab.Run(ctx, top, o.cfg, s)
+		}
 		if ctx.Err() != nil {
 			return errInterrupted
 		}
@@ -343,17 +392,17 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		rep.Results = append(rep.Results, rs...)
 	}
-	if *withSim {
-		if rep.Sim, err = simulate(caps, cfg, parsed); err != nil {
+	if o.withSim {
+		if rep.Sim, err = simulate(o.caps, o.cfg, o.schemes); err != nil {
 			return err
 		}
 	}
-	if *asJSON {
+	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	if *withSim {
+	if o.withSim {
 		writeSideBySide(stdout, rep)
 		return nil
 	}
@@ -518,7 +567,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	ctx, top, closeLab, err := openLab(0)
+	ctx, top, closeLab, err := openLab(0, false)
 	if err != nil {
 		return err
 	}

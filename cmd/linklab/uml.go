@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/lab"
 	"github.com/autoshape/autoshape/lab/uml"
 )
 
@@ -51,25 +52,44 @@ func withoutFlag(args []string, name string) []string {
 	return out
 }
 
-// inUML runs this linklab again inside the User-mode Linux kernel with the
-// lab's modules, with args (the subcommand's, --kernel dropped), and passes
-// its output and exit status through.
-func inUML(sub string, args []string, stdout, stderr io.Writer) error {
+// routerCommand is the router half of `linklab run --kernel uml` args for
+// its scheme'th scheme: this linklab's `router` with the same flags and
+// that one scheme, the LINKLAB_ variables passed on.
+func routerCommand(args []string, scheme string, stderr io.Writer) (lab.GuestCommand, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return lab.GuestCommand{}, err
 	}
-	if err := uml.Install(stderr); err != nil {
-		return err
-	}
-	argv := append([]string{self, sub}, withoutFlag(args, "kernel")...)
-	env := []string{}
+	argv := append([]string{self, "router"}, withoutFlag(args, "scheme")...)
+	argv = append(argv, "--scheme", scheme)
+	var env []string
 	for _, k := range []string{"LINKLAB_PREFIX", "LINKLAB_KEEP"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	return runUML(uml.Config{Modules: uml.LabModules, Mem: "2G", Env: env, Stdout: stdout, Stderr: stderr}, argv)
+	return lab.GuestCommand{Argv: argv, Env: env, Stderr: stderr}, nil
+}
+
+// routerCmd is `linklab router [run's flags] DIR`, the router half of a
+// split run inside the kernel (lab.ServeRouter), which `linklab run
+// --kernel uml` starts: one scheme, and the directory it shares with the
+// host half.
+func routerCmd(args []string, stderr io.Writer) error {
+	o, err := parseRun(args, stderr, true)
+	if err != nil {
+		return err
+	}
+	if len(o.schemes) != 1 || len(o.extraArg) != 1 {
+		return usageError{errors.New("router: want one --scheme and the shared directory")}
+	}
+	pfx, err := prefix()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return lab.ServeRouter(ctx, pfx, o.cfg, o.schemes[0], o.extraArg[0])
 }
 
 // runUML runs argv inside the User-mode Linux kernel until it ends or
@@ -125,13 +145,6 @@ func umlCmd(args []string, stdout, stderr io.Writer) error {
 		modules = uml.LabModules
 	}
 	return runUML(uml.Config{Modules: modules, Mem: *mem, Dir: *dir, Stdout: stdout, Stderr: stderr}, fs.Args())
-}
-
-// umlInside reports whether this process runs inside a User-mode Linux
-// kernel: its one CPU says so in /proc/cpuinfo.
-func umlInside() bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	return err == nil && strings.Contains(string(b), "User Mode Linux")
 }
 
 // lineBackend reads --backend: by default CAKE where the kernel has it (the

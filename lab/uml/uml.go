@@ -68,6 +68,13 @@ type Config struct {
 	// Env is added to the command's environment (PATH, HOME and TMPDIR are
 	// set already; TMPDIR is on a tmpfs).
 	Env []string
+	// NetNS is the host network namespace the kernel starts in (empty: this
+	// process's); Interfaces are host interfaces there, up, that the kernel
+	// reaches as vec0, vec1, … in that order, over raw sockets: packets
+	// that the host sends on them arrive on the vector interface inside, and
+	// the reverse.
+	NetNS      string
+	Interfaces []string
 	// Stdout receives the command's standard output after it ends; Stderr
 	// the command's standard error and the kernel's console as they come.
 	// Nil discards.
@@ -230,6 +237,16 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	return b.String()
 }
 
+// kernelArgs is the kernel's command line.
+func kernelArgs(cfg Config, script string) []string {
+	args := []string{"mem=" + cfg.Mem, "rootfstype=hostfs", "rootflags=/", "ro", "quiet",
+		"init=" + script, "con=null", "con0=fd:0,fd:1"}
+	for i, ifc := range cfg.Interfaces {
+		args = append(args, fmt.Sprintf("vec%d:transport=raw,ifname=%s,depth=128", i, ifc))
+	}
+	return args
+}
+
 // Run boots the kernel, runs argv inside and returns its exit status. The
 // error is non-nil only when the kernel could not run the command to its
 // end (no kernel, a module that would not load, ctx ended).
@@ -282,8 +299,12 @@ func Run(ctx context.Context, cfg Config, argv ...string) (int, error) {
 	}
 	// UML keeps its memory in a file under TMPDIR; the host's /tmp is the
 	// usual place.
-	cmd := exec.Command(Kernel, "mem="+cfg.Mem, "rootfstype=hostfs", "rootflags=/", "ro", "quiet",
-		"init="+script, "con=null", "con0=fd:0,fd:1")
+	cmd := exec.Command(Kernel, kernelArgs(cfg, script)...)
+	if cfg.NetNS != "" {
+		// ip netns exec enters the namespace and execs the kernel: the
+		// same process.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", cfg.NetNS, Kernel}, kernelArgs(cfg, script)...)...)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stderr, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

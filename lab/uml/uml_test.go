@@ -3,6 +3,7 @@ package uml
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,5 +67,18 @@ func TestInitScriptQuotes(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("init script lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestKernelArgsInterfaces: each host interface becomes a vector interface
+// over a raw socket, in order.
+func TestKernelArgsInterfaces(t *testing.T) {
+	args := kernelArgs(Config{Mem: "1G", Interfaces: []string{"vcli", "vsrv"}}, "/r/uml-init")
+	want := []string{"vec0:transport=raw,ifname=vcli,depth=128", "vec1:transport=raw,ifname=vsrv,depth=128"}
+	if got := args[len(args)-2:]; !slices.Equal(got, want) {
+		t.Errorf("kernel args end %q, want %q", got, want)
+	}
+	if args := kernelArgs(Config{Mem: "1G"}, "/r/uml-init"); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "vec") }) {
+		t.Errorf("kernel args without interfaces: %q", args)
 	}
 }

@@ -1,0 +1,113 @@
+//go:build linux
+
+package uml_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/autoshape/autoshape/actuator"
+	"github.com/autoshape/autoshape/estimator"
+	"github.com/autoshape/autoshape/lab"
+	"github.com/autoshape/autoshape/lab/uml"
+	"github.com/autoshape/autoshape/sim"
+)
+
+// TestOnRealKernelSplitLab runs the split lab (linklab run --kernel uml):
+// the router half inside a kernel booted for the run, cli and srv on the
+// host. static:0.9 on a 10 Mbit/s line with a 20 ms round trip gets its
+// rate through with the short queue CAKE keeps, the CAKE shaper's estimate
+// (its own rate, without autorate-ingress) comes back from inside, and the
+// host is left as it was. Like TestOnRealKernel it needs root and
+// AUTOSHAPE_UML=1 (CI sets both).
+func TestOnRealKernelSplitLab(t *testing.T) {
+	if os.Getenv("AUTOSHAPE_UML") != "1" {
+		t.Skip("skipping: set AUTOSHAPE_UML=1 to run the split lab with the User-mode Linux kernel (CI does)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the split lab needs root")
+	}
+	if err := uml.Install(os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	linklab := filepath.Join(t.TempDir(), "linklab")
+	build := exec.Command("go", "build", "-o", linklab, "./cmd/linklab")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/linklab: %v\n%s", err, out)
+	}
+	const prefix = "asspl-"
+	top, err := lab.BuildHosts(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := top.Close(); err != nil {
+			t.Error(err)
+		}
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		if left, _ := lab.RemoveStale(prefix); len(left) > 0 {
+			t.Errorf("namespaces left behind: %v (ip netns list: %s)", left, out)
+		}
+	}()
+
+	capacity, err := sim.ParseSchedule("10mbit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lab.RunConfig{Duration: 8 * time.Second, Budget: 15 * time.Millisecond, Backend: actuator.CAKE,
+		RTT: 20 * time.Millisecond, Warmup: 2 * time.Second}
+	cfg.Capacity[estimator.Down] = capacity
+	scheme, err := lab.ParseScheme("static:0.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := lab.GuestCommand{
+		Argv:   []string{linklab, "router", "--kernel", "uml", "--trace-down", "10mbit", "--duration", "8s", "--scheme", "static:0.9"},
+		Stderr: testWriter{t},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rs, err := lab.RunSplit(ctx, top, cfg, scheme, guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Direction != "down" {
+		t.Fatalf("results %+v, want the download's alone", rs)
+	}
+	r := rs[0]
+	t.Logf("goodput %.2f Mbit/s at rate %.2f, p50 %.1f ms, p95 %.1f ms", r.GoodputMbps, r.MeanRateMbps, r.Delay.P50, r.Delay.P95)
+	if r.MeanRateMbps != 9 {
+		t.Errorf("mean rate %.3f Mbit/s, want the static 9", r.MeanRateMbps)
+	}
+	// TCP/IP headers and the ramp take some; a shaper that did not shape
+	// would pass 10.
+	if r.GoodputMbps < 7.5 || r.GoodputMbps > 9 {
+		t.Errorf("goodput %.2f Mbit/s through CAKE at 9, want 7.5 to 9", r.GoodputMbps)
+	}
+	// A queue at the 10 Mbit/s bottleneck, or a round trip counted as
+	// queue, would show here.
+	if r.Delay.P50 > 5 {
+		t.Errorf("p50 added delay %.1f ms at 90 %% of the bottleneck, want under 5", r.Delay.P50)
+	}
+	est := r.Series.CapacityEstimate
+	if len(est) == 0 || est[len(est)/2] != 9 {
+		t.Errorf("CAKE's estimate from inside %v, want 9 Mbit/s (its rate without autorate-ingress)", est)
+	}
+}
+
+// testWriter is the kernel's console in the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", p)
+	return len(p), nil
+}
