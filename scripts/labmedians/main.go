@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,6 +70,7 @@ func main() {
 		return nil
 	})
 	plotDir := flag.String("plot", "", "draw utilisation against p95 per direction into this folder (SVG)")
+	estimate := flag.Bool("estimate", false, "also print how CAKE's capacity estimate followed the capacity, where the reports carry it")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: labmedians [-name FROM=TO] [-plot DIR] REPORT.json...")
@@ -97,12 +99,60 @@ func main() {
 			med(rs, 1, func(r sim.Result) (float64, bool) { return deref(r.RecoveryS) }),
 			med(rs, 0, worst(func(r sim.Result) []float64 { return r.RiseWorstDelayMs })))
 	}
+	if *estimate {
+		printFollows(order, runs)
+	}
 	if *plotDir != "" {
 		if err := drawPlots(*plotDir, order, runs); err != nil {
 			fmt.Fprintln(os.Stderr, "labmedians:", err)
 			os.Exit(1)
 		}
 	}
+}
+
+// printFollows prints, per scheme and direction whose runs carry CAKE's
+// estimate, medians over the runs of how it followed the capacity (the
+// rise and fall times: over every step of every run).
+func printFollows(order []key, runs map[key][]sim.Result) {
+	fmt.Println()
+	fmt.Println("| scheme | dir | runs | estimate off the capacity, median, share of its mean | median estimate − capacity, Mbit/s | lag of best correlation, s (r) | to within 10 % after a rise, s | after a drop, s |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	for _, k := range order {
+		var errs, bias, lags, corrs, rise, fall []float64
+		for _, r := range runs[k] {
+			f, ok := followOf(r)
+			if !ok {
+				continue
+			}
+			errs, bias = append(errs, f.err), append(bias, f.bias)
+			if f.ok {
+				lags, corrs = append(lags, f.lag), append(corrs, f.corr)
+			}
+			rise, fall = append(rise, f.rise...), append(fall, f.fall...)
+		}
+		if len(errs) == 0 {
+			continue
+		}
+		lag := "-"
+		if len(lags) > 0 {
+			lag = fmt.Sprintf("%.1f (%.2f)", median(lags), median(corrs))
+		}
+		fmt.Printf("| %s | %s | %d | %.2f | %+.1f | %s | %s | %s |\n", k.name(), k.dir, len(errs), median(errs), median(bias), lag,
+			stepTimes(rise), stepTimes(fall))
+	}
+}
+
+// stepTimes is the median of the times and their count, "never" for
+// +Inf.
+func stepTimes(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	m := median(v)
+	if math.IsInf(m, 1) {
+		return fmt.Sprintf("never (%d)", len(v))
+	}
+	return fmt.Sprintf("%.1f (%d)", m, len(v))
 }
 
 // group gathers the runs of each scheme and direction (and budget, when the
