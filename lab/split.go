@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/autoshape/autoshape/estimator"
@@ -181,6 +183,10 @@ type routerOutcome struct {
 	Rates    [2][]float64  `json:"rates_bps"`
 	Changes  [2]int        `json:"changes"`
 	Estimate stepSeries    `json:"estimate"`
+	// Busy is the share of the loaded time the kernel's one CPU was busy
+	// (from /proc/stat; -1 when unread): near 1, its scheduling delays
+	// join the queues' in every figure.
+	Busy float64 `json:"busy"`
 }
 
 // outcomeRateStep is the grain of the rates the router half hands back.
@@ -226,11 +232,16 @@ func ServeRouter(ctx context.Context, prefix string, cfg RunConfig, scheme Schem
 		return err
 	}
 	start := time.Now()
+	busy0, idle0, cpuErr := cpuTimes()
 	if err := rt.begin(ctx, start); err != nil {
 		return err
 	}
 	if err := awaitFile(ctx, filepath.Join(dir, routerStop), 20*time.Millisecond, rt.failed()); err != nil {
 		return err
+	}
+	out.Busy = -1
+	if busy1, idle1, err := cpuTimes(); err == nil && cpuErr == nil && busy1+idle1 > busy0+idle0 {
+		out.Busy = float64(busy1-busy0) / float64(busy1-busy0+idle1-idle0)
 	}
 	sh, est, err := rt.end()
 	if err != nil {
@@ -246,6 +257,32 @@ func ServeRouter(ctx context.Context, prefix string, cfg RunConfig, scheme Schem
 		}
 	}
 	return nil
+}
+
+// cpuTimes reads the busy and idle times of all CPUs from /proc/stat, in
+// its ticks (idle and iowait idle, the rest busy).
+func cpuTimes() (busy, idle uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %q: %w", line, err)
+		}
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		} else {
+			busy += n
+		}
+	}
+	return busy, idle, nil
 }
 
 // writeAtomic writes a file whole or not at all, for the other half to
@@ -284,6 +321,7 @@ type guestRouter struct {
 	done   chan error // the kernel's end: uml.Run's error or the command's
 	fail   chan error // the same, when it ends before routerStop
 	out    routerOutcome
+	stderr io.Writer
 }
 
 // guestReadyWait is how long the router half may take to boot and start
@@ -298,7 +336,7 @@ func startGuest(ctx context.Context, top *Topology, guest GuestCommand) (*guestR
 		return nil, err
 	}
 	kctx, cancel := context.WithCancel(ctx)
-	g := &guestRouter{dir: dir, cancel: cancel, done: make(chan error, 1), fail: make(chan error, 1)}
+	g := &guestRouter{dir: dir, cancel: cancel, done: make(chan error, 1), fail: make(chan error, 1), stderr: guest.Stderr}
 	env := slices.Clone(guest.Env)
 	if os.Getenv("LINKLAB_KEEP") != "" {
 		// The scheme's directories, kept, outlive the kernel.
@@ -371,6 +409,9 @@ func (g *guestRouter) end() (schemeRunner, stepSeries, error) {
 			return nil, stepSeries{}, fmt.Errorf("router half: %s", o.Error)
 		}
 		g.out = o
+		if o.Busy >= 0 && g.stderr != nil {
+			fmt.Fprintf(g.stderr, "linklab: the kernel's CPU was %.0f %% busy over the loaded time\n", 100*o.Busy)
+		}
 		return guestScheme{g}, o.Estimate, nil
 	case <-time.After(guestStopWait):
 		return nil, stepSeries{}, fmt.Errorf("the router half did not stop within %v", guestStopWait)
