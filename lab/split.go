@@ -267,6 +267,11 @@ func cpuTimes() (busy, idle uint64, err error) {
 		return 0, 0, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return parseCPULine(line)
+}
+
+// parseCPULine reads /proc/stat's first line.
+func parseCPULine(line string) (busy, idle uint64, err error) {
 	f := strings.Fields(line)
 	if len(f) < 6 || f[0] != "cpu" {
 		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)

@@ -53,3 +53,17 @@ func TestGuestSchemeRates(t *testing.T) {
 		t.Errorf("changes %d/%d, want 2/0", s.changes(estimator.Down), s.changes(estimator.Up))
 	}
 }
+
+// TestParseCPULine: idle and iowait are idle, every other field busy; a
+// line that is not the CPUs' total is refused.
+func TestParseCPULine(t *testing.T) {
+	busy, idle, err := parseCPULine("cpu  10 1 20 300 5 2 3 4 0 0")
+	if err != nil || busy != 40 || idle != 305 {
+		t.Errorf("parseCPULine = %d, %d, %v; want 40, 305, nil", busy, idle, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5", "cpu 1 2 x 4 5 6", "intr 1 2 3 4 5"} {
+		if _, _, err := parseCPULine(bad); err == nil {
+			t.Errorf("parseCPULine(%q): no error", bad)
+		}
+	}
+}
