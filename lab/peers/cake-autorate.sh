@@ -11,8 +11,7 @@
 #
 # Optional environment:
 #   CA_LOG_DIR      where cake-autorate's log and this script's own output go (default
-#                   $LINKLAB_DIR/ca-log, which is on the kernel's tmpfs and vanishes with it;
-#                   give a host directory that `linklab uml --dir` makes writable to keep them)
+#                   $LINKLAB_DIR/ca-log, kept with the run's files under LINKLAB_KEEP=1)
 #   PINGER_METHOD   cake-autorate's pinger_method (default fping if installed, else ping)
 #   CA_ACTIVE_THR   connection_active_thr_kbps (default 500)
 #   CA_STATS=1      also log cake-autorate's per-sample DATA lines (processing stats)
