@@ -281,7 +281,8 @@ const netemLimit = 10000
 // as the internet's delay sits beyond an access line, and every packet
 // between rtr or cli and srv (the load, the reflectors' answers, the
 // independent probe) crosses them. The host kernel has no netem: this needs
-// the User-mode Linux kernel (linklab run --kernel uml).
+// the User-mode Linux kernel, with the whole lab inside it (the split lab,
+// linklab run --kernel uml, puts the delay in isp instead: BuildRouter).
 func (t *Topology) SetRTT(rtt time.Duration) error {
 	if rtt <= 0 {
 		return nil
