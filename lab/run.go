@@ -126,23 +126,21 @@ func (cfg RunConfig) withDefaults() RunConfig {
 	return cfg
 }
 
-func (cfg RunConfig) check() error {
-	if cfg.Duration <= 0 || cfg.Budget <= 0 {
-		return errors.New("a run needs a duration and a budget")
-	}
-	return nil
-}
-
 // Run runs one scheme on the built topology: bottlenecks following the
 // capacities, the scheme on rtr, the load and the independent probe. It
 // returns one result per loaded direction, in the simulator's shape, with
 // 100 ms series.
-func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) (results []sim.Result, err error) {
+func Run(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme) ([]sim.Result, error) {
+	return runOn(ctx, top, cfg, scheme, func(cfg RunConfig) (router, error) { return startLocal(top, cfg, scheme) })
+}
+
+// runOn runs one scheme with the router that start puts on rtr and isp.
+func runOn(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, start func(RunConfig) (router, error)) (results []sim.Result, err error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.check(); err != nil {
-		return nil, err
+	if cfg.Duration <= 0 || cfg.Budget <= 0 {
+		return nil, errors.New("a run needs a duration and a budget")
 	}
-	rt, err := startLocal(top, cfg, scheme)
+	rt, err := start(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +260,6 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 // rtr.
 type localRouter struct {
 	top    *Topology
-	cfg    RunConfig
 	necks  [2]*Bottleneck
 	sh     schemeRunner
 	errs   chan error
@@ -275,7 +272,7 @@ type localRouter struct {
 // startLocal puts the bottlenecks on isp, at their capacities' start, and
 // starts the scheme on rtr.
 func startLocal(top *Topology, cfg RunConfig, scheme Scheme) (_ *localRouter, err error) {
-	r := &localRouter{top: top, cfg: cfg, errs: make(chan error, 3), cancel: func() {}}
+	r := &localRouter{top: top, errs: make(chan error, 3), cancel: func() {}}
 	defer func() {
 		if err != nil {
 			r.close()

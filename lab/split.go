@@ -57,36 +57,28 @@ const (
 // BuildHosts creates a split lab's host half under prefix: cli, srv and the
 // wire namespace whose two interfaces the kernel takes. Addresses and
 // routes are the lab's; rtr's and isp's are the kernel's (BuildRouter).
-func BuildHosts(prefix string) (t *Topology, err error) {
-	t, err = newTopology(prefix)
-	if err != nil {
-		return nil, err
-	}
-	t.Wire = prefix + "wire"
-	defer func() {
-		if err != nil {
-			t.Close()
-			t = nil
+func BuildHosts(prefix string) (*Topology, error) {
+	return build(prefix, func(t *Topology) error {
+		t.Wire = prefix + "wire"
+		for _, ns := range []string{t.Cli, t.Srv, t.Wire} {
+			if err := addNS(ns); err != nil {
+				return err
+			}
 		}
-	}()
-	for _, ns := range []string{t.Cli, t.Srv, t.Wire} {
-		if err := addNS(ns); err != nil {
-			return t, err
+		steps := [][]string{
+			{"-n", t.Cli, "link", "add", CliLAN, "type", "veth", "peer", "name", WireCli, "netns", t.Wire},
+			{"-n", t.Srv, "link", "add", SrvNet, "type", "veth", "peer", "name", WireSrv, "netns", t.Wire},
+			{"-n", t.Cli, "addr", "add", "10.91.1.2/24", "dev", CliLAN},
+			{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
 		}
-	}
-	steps := [][]string{
-		{"-n", t.Cli, "link", "add", CliLAN, "type", "veth", "peer", "name", WireCli, "netns", t.Wire},
-		{"-n", t.Srv, "link", "add", SrvNet, "type", "veth", "peer", "name", WireSrv, "netns", t.Wire},
-		{"-n", t.Cli, "addr", "add", "10.91.1.2/24", "dev", CliLAN},
-		{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
-	}
-	steps = append(steps, t.reflectorSteps()...)
-	steps = append(steps, upSteps([][2]string{{t.Cli, CliLAN}, {t.Srv, SrvNet}, {t.Wire, WireCli}, {t.Wire, WireSrv}})...)
-	steps = append(steps,
-		[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
-		[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
-	)
-	return t, ipSteps(steps)
+		steps = append(steps, t.reflectorSteps()...)
+		steps = append(steps, upSteps([][2]string{{t.Cli, CliLAN}, {t.Srv, SrvNet}, {t.Wire, WireCli}, {t.Wire, WireSrv}})...)
+		steps = append(steps,
+			[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
+			[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
+		)
+		return ipSteps(steps)
+	})
 }
 
 // BuildRouter creates a split lab's router half inside the kernel: rtr and
@@ -94,53 +86,45 @@ func BuildHosts(prefix string) (t *Topology, err error) {
 // as isp's up0, and a base round trip of rtt (netem, half each way, on
 // isp's two ingresses, where the path's delay meets the bottlenecks: a
 // fixed delay ahead of a queue delays each packet as one behind it does).
-func BuildRouter(prefix string, rtt time.Duration) (t *Topology, err error) {
-	t, err = newTopology(prefix)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			t.Close()
-			t = nil
+func BuildRouter(prefix string, rtt time.Duration) (*Topology, error) {
+	return build(prefix, func(t *Topology) error {
+		for _, ns := range []string{t.Rtr, t.ISP} {
+			if err := addNS(ns); err != nil {
+				return err
+			}
 		}
-	}()
-	for _, ns := range []string{t.Rtr, t.ISP} {
-		if err := addNS(ns); err != nil {
-			return t, err
+		steps := [][]string{
+			{"link", "set", "dev", "vec0", "netns", t.Rtr},
+			{"-n", t.Rtr, "link", "set", "dev", "vec0", "name", RtrLAN},
+			{"link", "set", "dev", "vec1", "netns", t.ISP},
+			{"-n", t.ISP, "link", "set", "dev", "vec1", "name", ISPUp},
+			{"-n", t.Rtr, "link", "add", RtrWAN, "type", "veth", "peer", "name", ISPDown, "netns", t.ISP},
+			{"-n", t.Rtr, "addr", "add", "10.91.1.1/24", "dev", RtrLAN},
+			{"-n", t.Rtr, "addr", "add", "10.91.2.1/24", "dev", RtrWAN},
+			{"-n", t.ISP, "addr", "add", "10.91.2.2/24", "dev", ISPDown},
+			{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
 		}
-	}
-	steps := [][]string{
-		{"link", "set", "dev", "vec0", "netns", t.Rtr},
-		{"-n", t.Rtr, "link", "set", "dev", "vec0", "name", RtrLAN},
-		{"link", "set", "dev", "vec1", "netns", t.ISP},
-		{"-n", t.ISP, "link", "set", "dev", "vec1", "name", ISPUp},
-		{"-n", t.Rtr, "link", "add", RtrWAN, "type", "veth", "peer", "name", ISPDown, "netns", t.ISP},
-		{"-n", t.Rtr, "addr", "add", "10.91.1.1/24", "dev", RtrLAN},
-		{"-n", t.Rtr, "addr", "add", "10.91.2.1/24", "dev", RtrWAN},
-		{"-n", t.ISP, "addr", "add", "10.91.2.2/24", "dev", ISPDown},
-		{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
-	}
-	steps = append(steps, upSteps([][2]string{{t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}})...)
-	steps = append(steps,
-		[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
-		[]string{"-n", t.ISP, "route", "add", "10.91.1.0/24", "via", "10.91.2.1"},
-		[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
-	)
-	if err := ipSteps(steps); err != nil {
-		return t, err
-	}
-	if err := t.forward(); err != nil {
-		return t, err
-	}
-	if rtt <= 0 {
-		return t, nil
-	}
-	half := fmt.Sprintf("%dus", (rtt / 2).Microseconds())
-	if err := ingressDelay(t.ISP, ISPUp, "dly0", half); err != nil {
-		return t, err
-	}
-	return t, ingressDelay(t.ISP, ISPDown, "dly1", half)
+		steps = append(steps, upSteps([][2]string{{t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}})...)
+		steps = append(steps,
+			[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
+			[]string{"-n", t.ISP, "route", "add", "10.91.1.0/24", "via", "10.91.2.1"},
+			[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
+		)
+		if err := ipSteps(steps); err != nil {
+			return err
+		}
+		if err := t.forward(); err != nil {
+			return err
+		}
+		if rtt <= 0 {
+			return nil
+		}
+		half := fmt.Sprintf("%dus", (rtt / 2).Microseconds())
+		if err := ingressDelay(t.ISP, ISPUp, "dly0", half); err != nil {
+			return err
+		}
+		return ingressDelay(t.ISP, ISPDown, "dly1", half)
+	})
 }
 
 // GuestCommand is how a split run starts its router half: the command to run
@@ -157,21 +141,8 @@ type GuestCommand struct {
 // RunSplit is Run on a split lab: top is the host half (BuildHosts), and
 // the router half runs in a kernel booted for this run with guest. The
 // load, the probe and the scoring are Run's.
-func RunSplit(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, guest GuestCommand) (results []sim.Result, err error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	rt, err := startGuest(ctx, top, guest)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if cerr := rt.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	return measure(ctx, top, cfg, scheme, rt)
+func RunSplit(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, guest GuestCommand) ([]sim.Result, error) {
+	return runOn(ctx, top, cfg, scheme, func(RunConfig) (router, error) { return startGuest(ctx, top, guest) })
 }
 
 // routerOutcome is what the router half hands back: the scheme's rates

@@ -83,46 +83,52 @@ type Topology struct {
 // Build creates the namespaces under prefix (removing any a crashed run
 // left with the same prefix), wires them and turns forwarding on in rtr and
 // isp. On error nothing is left behind.
-func Build(prefix string) (t *Topology, err error) {
-	t, err = newTopology(prefix)
+func Build(prefix string) (*Topology, error) {
+	return build(prefix, func(t *Topology) error {
+		for _, ns := range t.Namespaces() {
+			if err := addNS(ns); err != nil {
+				return err
+			}
+		}
+		steps := [][]string{
+			{"-n", t.Cli, "link", "add", CliLAN, "type", "veth", "peer", "name", RtrLAN, "netns", t.Rtr},
+			{"-n", t.Rtr, "link", "add", RtrWAN, "type", "veth", "peer", "name", ISPDown, "netns", t.ISP},
+			{"-n", t.ISP, "link", "add", ISPUp, "type", "veth", "peer", "name", SrvNet, "netns", t.Srv},
+			{"-n", t.Cli, "addr", "add", "10.91.1.2/24", "dev", CliLAN},
+			{"-n", t.Rtr, "addr", "add", "10.91.1.1/24", "dev", RtrLAN},
+			{"-n", t.Rtr, "addr", "add", "10.91.2.1/24", "dev", RtrWAN},
+			{"-n", t.ISP, "addr", "add", "10.91.2.2/24", "dev", ISPDown},
+			{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
+			{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
+		}
+		steps = append(steps, t.reflectorSteps()...)
+		steps = append(steps, upSteps([][2]string{{t.Cli, CliLAN}, {t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}, {t.Srv, SrvNet}})...)
+		steps = append(steps,
+			[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
+			[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
+			[]string{"-n", t.ISP, "route", "add", "10.91.1.0/24", "via", "10.91.2.1"},
+			[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
+			[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
+		)
+		if err := ipSteps(steps); err != nil {
+			return err
+		}
+		return t.forward()
+	})
+}
+
+// build names a lab under prefix (newTopology) and wires it with wire; on
+// error it removes whatever wire made.
+func build(prefix string, wire func(*Topology) error) (*Topology, error) {
+	t, err := newTopology(prefix)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			t.Close()
-			t = nil
-		}
-	}()
-	for _, ns := range t.Namespaces() {
-		if err := addNS(ns); err != nil {
-			return t, err
-		}
+	if err := wire(t); err != nil {
+		t.Close()
+		return nil, err
 	}
-	steps := [][]string{
-		{"-n", t.Cli, "link", "add", CliLAN, "type", "veth", "peer", "name", RtrLAN, "netns", t.Rtr},
-		{"-n", t.Rtr, "link", "add", RtrWAN, "type", "veth", "peer", "name", ISPDown, "netns", t.ISP},
-		{"-n", t.ISP, "link", "add", ISPUp, "type", "veth", "peer", "name", SrvNet, "netns", t.Srv},
-		{"-n", t.Cli, "addr", "add", "10.91.1.2/24", "dev", CliLAN},
-		{"-n", t.Rtr, "addr", "add", "10.91.1.1/24", "dev", RtrLAN},
-		{"-n", t.Rtr, "addr", "add", "10.91.2.1/24", "dev", RtrWAN},
-		{"-n", t.ISP, "addr", "add", "10.91.2.2/24", "dev", ISPDown},
-		{"-n", t.ISP, "addr", "add", "10.91.3.1/24", "dev", ISPUp},
-		{"-n", t.Srv, "addr", "add", "10.91.3.2/24", "dev", SrvNet},
-	}
-	steps = append(steps, t.reflectorSteps()...)
-	steps = append(steps, upSteps([][2]string{{t.Cli, CliLAN}, {t.Rtr, RtrLAN}, {t.Rtr, RtrWAN}, {t.ISP, ISPDown}, {t.ISP, ISPUp}, {t.Srv, SrvNet}})...)
-	steps = append(steps,
-		[]string{"-n", t.Cli, "route", "add", "default", "via", "10.91.1.1"},
-		[]string{"-n", t.Rtr, "route", "add", "default", "via", "10.91.2.2"},
-		[]string{"-n", t.ISP, "route", "add", "10.91.1.0/24", "via", "10.91.2.1"},
-		[]string{"-n", t.ISP, "route", "add", "10.91.4.0/24", "via", "10.91.3.2"},
-		[]string{"-n", t.Srv, "route", "add", "default", "via", "10.91.3.1"},
-	)
-	if err := ipSteps(steps); err != nil {
-		return t, err
-	}
-	return t, t.forward()
+	return t, nil
 }
 
 // newTopology checks prefix, removes what a crashed run left under it and

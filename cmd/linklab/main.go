@@ -274,7 +274,7 @@ type runOpts struct {
 	kernel     string
 	asJSON     bool
 	withSim    bool
-	extraArg   []string // what parseRunArgs left: the router half's directory
+	extraArg   []string // what parseRun left: the router half's directory
 }
 
 // parseRun reads `linklab run`'s flags; router is `linklab router`, which

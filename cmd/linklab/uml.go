@@ -53,8 +53,8 @@ func withoutFlag(args []string, name string) []string {
 }
 
 // routerCommand is the router half of `linklab run --kernel uml` args for
-// its scheme'th scheme: this linklab's `router` with the same flags and
-// that one scheme, the LINKLAB_ variables passed on.
+// one of its schemes: this linklab's `router` with the same flags and that
+// scheme alone, the LINKLAB_ variables passed on.
 func routerCommand(args []string, scheme string, stderr io.Writer) (lab.GuestCommand, error) {
 	self, err := os.Executable()
 	if err != nil {
