@@ -383,6 +383,31 @@ func (c *cake) SetRate(ifindex uint32, bps uint64) (uint64, bool, error) {
 	return from, false, fmt.Errorf("failed to change CAKE rate on ifindex %d: %w", ifindex, err)
 }
 
+// yield hands the rate of the backend's root cake qdisc on ifindex to
+// autorate-ingress, starting from bps bit/s: CAKE then sets its own rate,
+// at the end of its next packet train, to 15/16 of its capacity estimate,
+// which resumes from the value it kept while autorate-ingress was off
+// (sch_cake.c resets it only when the qdisc is created). It checks first
+// that the root is the backend's, and changes nothing when it is not.
+func (c *cake) yield(ifindex uint32, bps uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if bps < 8 {
+		return fmt.Errorf("invalid CAKE rate %d bit/s: want at least 8 bit/s (0 bytes/s would leave CAKE unlimited)", bps)
+	}
+	if _, err := c.conn.getRoot(ifindex, c.handle, "cake"); err != nil {
+		return fmt.Errorf("failed to turn autorate-ingress on, on ifindex %d: %w", ifindex, err)
+	}
+	errs, err := c.conn.exec([]tcWrite{cakeAutorateWrite(ifindex, c.handle, bps/8, true)})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		return fmt.Errorf("failed to turn autorate-ingress on, on ifindex %d: %w", ifindex, err)
+	}
+	return nil
+}
+
 // change sends the rate change obj (from cakeRateChange) as one request,
 // read with one system call (see tcConn.exec).
 func (c *cake) change(obj *tc.Object) error {
@@ -423,6 +448,7 @@ func (c *cake) Stats(ifindex uint32) (Stats, error) {
 	st.WireBytes = c.framing.WireTotal(st.Bytes, st.Packets)
 	st.CapacityEstimate = cs.CapacityEstimate
 	st.AutorateIngress = settings.Autorate
+	st.Rate = cakeBits(settings.BaseRate)
 	st.Tins = cs.Tins
 	return st, nil
 }

@@ -477,3 +477,49 @@ func TestCakeRateChangeTakesOverAutorate(t *testing.T) {
 		t.Errorf("the kernel still holds autorate-ingress after the rate change:\n%s", out)
 	}
 }
+
+// TestCakeYieldHandsBack: a hand-back turns autorate-ingress on again from
+// the rate given; CAKE then sets its own rate from the estimate it kept
+// (the 50 Mbit/s it was made with, not the 10 written), Stats reports that
+// rate, and the next rate change takes it over again. A root that is not
+// autoshape's cake is left alone.
+func TestCakeYieldHandsBack(t *testing.T) {
+	l := newHTBLink(t)
+	kerneltest.RequireQdisc(t, "cake")
+	on := true
+	c := newCake(testTC(t, l.ns), Framing{}, CakeOptions{AutorateIngress: &on})
+	if err := c.yield(l.ifindex, 10_000_000); !errors.Is(err, ErrNoQdisc) {
+		t.Errorf("yield with no cake root: %v, want ErrNoQdisc", err)
+	}
+	if err := c.Create(l.ifindex, 50_000_000, false); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, _, err := c.SetRate(l.ifindex, 10_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.yield(l.ifindex, 10_000_000); err != nil {
+		t.Fatalf("yield: %v", err)
+	}
+	st, err := c.Stats(l.ifindex)
+	if err != nil || !st.AutorateIngress || st.Rate != 10_000_000 {
+		t.Fatalf("Stats after yield = %+v, %v; want autorate-ingress on at 10 Mbit/s", st, err)
+	}
+	if out := runCmd(t, "tc", "-n", l.router.NS, "qdisc", "show", "dev", l.router.Dev); !strings.Contains(out, "autorate-ingress") {
+		t.Fatalf("the kernel holds no autorate-ingress after yield:\n%s", out)
+	}
+	dst := l.peer.IP() + ":9"
+	sendUDP(t, l.ns, dst, 1, 10, 0) // ARP
+	for range 3 {
+		sendUDP(t, l.ns, dst, 200, 1400, 0)
+		time.Sleep(300 * time.Millisecond)
+	}
+	if st, err = c.Stats(l.ifindex); err != nil || !st.AutorateIngress || st.Rate == 10_000_000 || st.Rate == 0 {
+		t.Errorf("Stats after traffic = rate %d, autorate %v, %v; want CAKE's own rate, not the 10 Mbit/s handed back", st.Rate, st.AutorateIngress, err)
+	}
+	if _, _, err := c.SetRate(l.ifindex, 8_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = c.Stats(l.ifindex); err != nil || st.AutorateIngress || st.Rate != 8_000_000 {
+		t.Errorf("Stats after the take-over = rate %d, autorate %v, %v; want 8 Mbit/s, autorate off", st.Rate, st.AutorateIngress, err)
+	}
+}

@@ -502,7 +502,10 @@ func (s *ifaceShaper) withIndex(op func(idx uint32) error) error {
 	return op(idx)
 }
 
-var _ Shaper = (*ifaceShaper)(nil)
+var (
+	_ Shaper  = (*ifaceShaper)(nil)
+	_ Yielder = (*ifaceShaper)(nil)
+)
 
 // SetRate writes the rate when the kernel holds another (see
 // backend.SetRate).
@@ -528,6 +531,23 @@ func (s *ifaceShaper) setRate(idx uint32, bps uint64) (Change, error) {
 	}
 	s.rate = bps
 	return ch, nil
+}
+
+// Yield hands the rate to CAKE's autorate-ingress, starting from bps (see
+// Yielder); the HTB backend has none and gives an error.
+func (s *ifaceShaper) Yield(_ context.Context, bps uint64) (Change, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.b.(*cake)
+	if !ok {
+		return Change{}, fmt.Errorf("failed to turn autorate-ingress on, on %q: the %s backend has none", s.name, s.b.Kind())
+	}
+	err := s.withIndex(func(idx uint32) error { return c.yield(idx, bps) })
+	if err != nil {
+		return Change{}, fmt.Errorf("%q: %w", s.name, err)
+	}
+	s.rate = bps
+	return Change{Iface: s.name, Kind: s.b.Kind(), To: bps, Wrote: true}, nil
 }
 
 // Stats reads the shaper's counters.

@@ -34,6 +34,9 @@ type Stats struct {
 	// AutorateIngress is CAKE's autorate-ingress: the estimate is live, and
 	// CAKE sets its own rate to 15/16 of it.
 	AutorateIngress bool
+	// Rate is the rate the kernel holds now, in bit/s: CAKE's own while
+	// AutorateIngress is on. The HTB backend leaves it 0.
+	Rate uint64
 	// Tins are CAKE's per-tin statistics, nil for other backends.
 	Tins []TinStats
 }
@@ -73,6 +76,13 @@ type Shaper interface {
 	SetRate(ctx context.Context, bps uint64) (Change, error)
 	// Stats reads the shaper's counters.
 	Stats(ctx context.Context) (Stats, error)
+}
+
+// A Yielder is a Shaper that can hand its rate to CAKE's autorate-ingress
+// (the CAKE backend's): the next SetRate that writes takes it back.
+type Yielder interface {
+	// Yield turns autorate-ingress on, starting from bps bit/s.
+	Yield(ctx context.Context, bps uint64) (Change, error)
 }
 
 // A Fake is an in-memory Shaper for tests: it records every rate written and

@@ -338,8 +338,19 @@ func bfifoWrite(ifindex, handle, parent, limit uint32) tcWrite {
 // cakeRateWrite is the request that sets the root cake qdisc handle on
 // ifindex to bytes/s and turns autorate-ingress off (see cakeRateChange).
 func cakeRateWrite(ifindex, handle uint32, bytes uint64) tcWrite {
+	return cakeAutorateWrite(ifindex, handle, bytes, false)
+}
+
+// cakeAutorateWrite is cakeRateWrite with autorate-ingress on or off: on,
+// CAKE starts at bytes/s and sets its own rate from its estimate at the end
+// of its next packet train (see cake.yield).
+func cakeAutorateWrite(ifindex, handle uint32, bytes uint64, autorate bool) tcWrite {
+	on := uint32(0)
+	if autorate {
+		on = 1
+	}
 	o := appendAttr(nil, cakeBaseRate64, binary.NativeEndian.AppendUint64(nil, bytes))
-	o = appendAttr(o, cakeAutorate, binary.NativeEndian.AppendUint32(nil, 0))
+	o = appendAttr(o, cakeAutorate, binary.NativeEndian.AppendUint32(nil, on))
 	return tcWrite{
 		typ: unix.RTM_NEWQDISC, ifindex: ifindex, handle: handle, parent: tc.HandleRoot,
 		kind: "cake", options: o,

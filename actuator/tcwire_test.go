@@ -98,4 +98,11 @@ func TestWritesEncode(t *testing.T) {
 	if err != nil || s.BaseRate != 2_500_000 || s.Autorate {
 		t.Errorf("cake write's options: %+v, %v; want base rate 2500000 bytes/s, autorate off", s, err)
 	}
+	q, err = decodeQdiscMessage(cakeAutorateWrite(3, OwnRootHandle, 1_000_000, true).append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := decodeCakeSettings(q.Options); err != nil || s.BaseRate != 1_000_000 || !s.Autorate {
+		t.Errorf("cake hand-back's options: %+v, %v; want base rate 1000000 bytes/s, autorate on", s, err)
+	}
 }

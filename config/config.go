@@ -105,6 +105,11 @@ const (
 	// PolicyClassic follows cake-autorate's documented default rules; the
 	// budget then only sets the estimator's bloat threshold.
 	PolicyClassic PolicyName = "classic"
+	// PolicySupervise runs the budget policy as the supervisor of CAKE's
+	// autorate-ingress on download (policies.Supervise): an experiment,
+	// measured in docs/sim-vs-lab.md; it needs mode = "setup" and
+	// backend = "cake".
+	PolicySupervise PolicyName = "supervise"
 )
 
 // A Link is one shaped link.
@@ -360,8 +365,13 @@ func (rl rawLink) toLink(key func(path string) string) (Link, error) {
 		l.Policy = PolicyBudget
 	case PolicyBudget, PolicyClassic:
 		l.Policy = p
+	case PolicySupervise:
+		if l.Attach || l.Backend != actuator.CAKE {
+			return l, keyErr(key("policy"), "%q hands the download's rate to autorate-ingress of autoshape's own CAKE: it needs mode = \"setup\" and backend = \"cake\"", rl.Policy)
+		}
+		l.Policy = p
 	default:
-		return l, keyErr(key("policy"), "%q is neither %q nor %q", rl.Policy, PolicyBudget, PolicyClassic)
+		return l, keyErr(key("policy"), "%q is not one of %q, %q, %q", rl.Policy, PolicyBudget, PolicyClassic, PolicySupervise)
 	}
 	l.Framing = actuator.Framing{Overhead: rl.Overhead}
 	if rl.Overhead < -64 || rl.Overhead > 256 {
@@ -588,8 +598,11 @@ func NewPolicy(l Link, d estimator.Direction) (policies.Policy, error) {
 	if l.Fixed[d] {
 		return policies.NewFixed(l.Directions[d].Bounds.Base), nil
 	}
-	if l.Policy == PolicyClassic {
+	switch l.Policy {
+	case PolicyClassic:
 		return policies.NewClassic(policies.DefaultClassicConfig())
+	case PolicySupervise:
+		return policies.NewSupervise(policies.BudgetConfig{Budget: l.Budget})
 	}
 	return policies.NewBudget(policies.BudgetConfig{Budget: l.Budget})
 }

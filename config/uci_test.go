@@ -140,7 +140,7 @@ func TestUCIRefused(t *testing.T) {
 		{"garbage rate", link("\toption upload_max 'lots'"), `link 'wan' option upload_max: invalid rate "lots"`},
 		{"missing base", strings.Replace(minimalUCI, "\toption upload_base '2000'\n", "", 1), "@link[0] option upload_base: missing"},
 		{"missing interface", strings.Replace(minimalUCI, "\toption interface 'wan'\n", "", 1), "@link[0] option interface: missing"},
-		{"bad policy", link("\toption policy 'foo'"), `link 'wan' option policy: "foo" is neither "budget" nor "classic"`},
+		{"bad policy", link("\toption policy 'foo'"), `link 'wan' option policy: "foo" is not one of "budget", "classic", "supervise"`},
 		{"bad reflector", link("\tlist reflector 'one.one.one.one'"), `link 'wan' list reflector: "one.one.one.one" is not an IP address`},
 		{"probe rate too high", link("\toption probe_rate '5000'"), "link 'wan' option probe_rate: 5000: want 2 to 1000"},
 		{"log level", "config autoshape 'main'\n\toption log_level 'chatty'\n" + minimalUCI, `autoshape 'main' option log_level: "chatty"`},

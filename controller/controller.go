@@ -218,6 +218,9 @@ type Controller struct {
 	rates     [2]float64 // what was last written, bit/s
 	intended  [2]float64 // what the policy last asked for: its next input
 	written   [2]bool    // whether a rate was ever written
+	// yielded: the rate is CAKE's autorate-ingress's (see Yielder), and
+	// rates holds the rate the shaper reported at the last tick.
+	yielded [2]bool
 	state     State
 	quietFrom time.Time // start of the current unloaded stretch (zero: loaded)
 	noRaise   time.Time // no increases before this instant
@@ -340,6 +343,18 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 		}
 		c.est.SetCapacityEstimate(d, estimate)
 		c.est.SetBacklog(d, st.Backlog)
+		if c.yielded[d] {
+			// CAKE sets its own rate: the load is against that rate.
+			// Autorate-ingress found off was turned off by someone else
+			// (or the qdisc was made again): the rate is no longer
+			// CAKE's, and the next tick writes one.
+			c.yielded[d] = st.AutorateIngress
+			if !st.AutorateIngress {
+				c.written[d] = false
+			} else if st.Rate > 0 {
+				c.rates[d], c.intended[d] = float64(st.Rate), float64(st.Rate)
+			}
+		}
 	}
 	obs := c.est.Observe(now, c.rates)
 	c.lastObs = obs
@@ -504,6 +519,9 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 		clamped = c.rates[d]
 	}
 	rate := quantise(b, clamped)
+	if reason == policies.ReasonYield && c.written[d] {
+		return c.yield(ctx, now, d, rate, obs)
+	}
 	c.intended[d] = rate
 	if c.written[d] && rate == c.rates[d] {
 		return Decision{}, false, nil
@@ -529,6 +547,29 @@ func (c *Controller) apply(ctx context.Context, now time.Time, d estimator.Direc
 	}
 	c.rates[d] = rate
 	c.written[d] = true
+	c.yielded[d] = false
+	return dec, true, nil
+}
+
+// yield hands d's rate to CAKE's autorate-ingress, starting from rate, where
+// the shaper can (see Yielder) and has not already; elsewhere the rate
+// stays as it is.
+func (c *Controller) yield(ctx context.Context, now time.Time, d estimator.Direction, rate float64, obs estimator.Observation) (Decision, bool, error) {
+	y, ok := c.shapers[d].(Yielder)
+	if c.yielded[d] || !ok {
+		return Decision{}, false, nil
+	}
+	change, err := y.Yield(ctx, uint64(rate))
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("failed to hand %s rate to autorate-ingress: %w", d, err)
+	}
+	dec := Decision{
+		Time: now, Link: c.cfg.Link, Direction: d,
+		From: c.rates[d], To: rate, Reason: policies.ReasonYield, State: c.state,
+		Obs: obs, Change: change, Reflectors: c.est.ReflectorDeltas(d, now),
+	}
+	c.rates[d], c.intended[d] = rate, rate
+	c.yielded[d] = true
 	return dec, true, nil
 }
 

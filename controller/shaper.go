@@ -40,4 +40,17 @@ type ShaperStats struct {
 	CapacityEstimate uint64
 	// AutorateIngress is CAKE's autorate-ingress: the estimate is live.
 	AutorateIngress bool
+	// Rate is the rate the shaper holds now, in bit/s, 0 when unknown. It
+	// differs from the one last written while CAKE sets its own (see
+	// Yielder).
+	Rate uint64
+}
+
+// A Yielder is a Shaper that can hand its rate to CAKE's
+// autorate-ingress, which then sets the rate itself from its capacity
+// estimate; the next SetRate that writes takes the rate back.
+type Yielder interface {
+	// Yield turns autorate-ingress on, with CAKE's rate at bps bit/s until
+	// it sets its own.
+	Yield(ctx context.Context, bps uint64) (Change, error)
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 
 	"github.com/autoshape/autoshape/actuator"
 	"github.com/autoshape/autoshape/controller"
@@ -73,7 +74,20 @@ func (a shaperOf) SetRate(ctx context.Context, bps uint64) (controller.Change, e
 func (a shaperOf) Stats(ctx context.Context) (controller.ShaperStats, error) {
 	st, err := a.s.Stats(ctx)
 	return controller.ShaperStats{Bytes: st.Bytes, Packets: st.Packets, WireBytes: st.WireBytes, Drops: st.Drops,
-		Backlog: st.Backlog, CapacityEstimate: st.CapacityEstimate, AutorateIngress: st.AutorateIngress}, err
+		Backlog: st.Backlog, CapacityEstimate: st.CapacityEstimate, AutorateIngress: st.AutorateIngress, Rate: st.Rate}, err
+}
+
+// Yield hands the rate to CAKE's autorate-ingress where the actuator's
+// shaper can (see controller.Yielder); elsewhere it is an error, which
+// the controller never meets since only the supervise policy yields, and
+// its config requires the CAKE backend.
+func (a shaperOf) Yield(ctx context.Context, bps uint64) (controller.Change, error) {
+	y, ok := a.s.(actuator.Yielder)
+	if !ok {
+		return controller.Change{}, errors.New("the shaper cannot hand its rate to autorate-ingress")
+	}
+	ch, err := y.Yield(ctx, bps)
+	return controller.Change{Iface: ch.Iface, Kind: ch.Kind, Wrote: ch.Wrote}, err
 }
 
 // dryShaper stands in for the shaper in --dry-run: it writes nothing (the

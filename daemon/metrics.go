@@ -60,7 +60,7 @@ func rateChangeReasons() []policies.Reason {
 		policies.ReasonEase, policies.ReasonDrop, policies.ReasonDecay,
 		policies.ReasonFixed, policies.ReasonIdle, policies.ReasonStall,
 		policies.ReasonFallback, policies.ReasonBounds, policies.ReasonStart,
-		policies.ReasonShutdown,
+		policies.ReasonShutdown, policies.ReasonYield,
 	}
 }
 

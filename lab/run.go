@@ -31,8 +31,9 @@ import (
 // A Scheme is what shapes rtr's WAN during a run.
 type Scheme struct {
 	// Name is the scheme's name in results: unshaped, static:FRACTION,
-	// autoshape, classic, autorate (CAKE's autorate-ingress alone on the
-	// download) or exec.
+	// autoshape, classic, supervise (the daemon with policy = "supervise",
+	// CAKE only), autorate (CAKE's autorate-ingress alone on the download)
+	// or exec.
 	Name string
 	// Fraction of the nominal rate, for static:FRACTION.
 	Fraction float64
@@ -40,7 +41,7 @@ type Scheme struct {
 	// one from the capacities).
 	Config string
 	// Policy is the policy the generated daemon configuration names: ""
-	// (the daemon's default, budget) or "classic".
+	// (the daemon's default, budget), "classic" or "supervise".
 	Policy string
 	// Command is the exec scheme's shell command, run in rtr with sh -c.
 	Command string
@@ -69,6 +70,11 @@ func ParseScheme(s string) (Scheme, error) {
 			return Scheme{}, fmt.Errorf("scheme %q: classic takes no argument (for a configuration of your own, set policy = \"classic\" in it and use autoshape:CONFIG)", s)
 		}
 		return Scheme{Name: "classic", Policy: "classic"}, nil
+	case "supervise":
+		if hasArg {
+			return Scheme{}, fmt.Errorf("scheme %q: supervise takes no argument", s)
+		}
+		return Scheme{Name: "supervise", Policy: "supervise"}, nil
 	case "autorate":
 		if hasArg {
 			return Scheme{}, fmt.Errorf("scheme %q: autorate takes no argument", s)
@@ -80,7 +86,7 @@ func ParseScheme(s string) (Scheme, error) {
 		}
 		return Scheme{Name: "exec", Command: arg}, nil
 	}
-	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION, autoshape[:CONFIG], classic, autorate or exec:COMMAND", s)
+	return Scheme{}, fmt.Errorf("scheme %q: want unshaped, static:FRACTION, autoshape[:CONFIG], classic, supervise, autorate or exec:COMMAND", s)
 }
 
 // autorateCommand is the autorate scheme: CAKE's autorate-ingress alone on
@@ -90,7 +96,9 @@ const autorateCommand = `tc qdisc change dev "$` + EnvDownIface + `" root cake a
 
 // NeedsAutoshape reports whether the scheme runs the autoshape daemon (and
 // so needs RunConfig.Autoshape).
-func (s Scheme) NeedsAutoshape() bool { return s.Name == "autoshape" || s.Name == "classic" }
+func (s Scheme) NeedsAutoshape() bool {
+	return s.Name == "autoshape" || s.Name == "classic" || s.Name == "supervise"
+}
 
 // RunConfig is one run of a scenario.
 type RunConfig struct {
@@ -191,12 +199,22 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 		return nil, err
 	}
 	defer probe.Stop()
-	// The empty line's delay: the baseline the added delay is measured from.
+	// The empty line's delay: the baseline the added delay is measured from,
+	// over the first second of answers.
+	warm := time.Now()
 	if err := sleep(ctx, min(cfg.Warmup, time.Second), rt.failed()); err != nil {
 		return nil, err
 	}
-	base := baselines(probe.Samples())
-	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second), rt.failed()); err != nil {
+	base, ok := baselines(probe.Samples())
+	for first := time.Now(); !ok; base, ok = baselines(probe.Samples()) {
+		if time.Since(first) >= baselineWait {
+			return nil, fmt.Errorf("the probe got no answer across the empty line within %v", baselineWait+time.Second)
+		}
+		if err := sleep(ctx, 100*time.Millisecond, rt.failed()); err != nil {
+			return nil, err
+		}
+	}
+	if err := sleep(ctx, cfg.Warmup-time.Since(warm), rt.failed()); err != nil {
 		return nil, err
 	}
 
@@ -378,21 +396,31 @@ func (r *localRouter) close() error {
 }
 
 // baselines is the least delay each way of the samples so far.
-func baselines(s []ProbeSample) [2]time.Duration {
+//
+// It reports false when no probe was answered: a baseline of 0 would count
+// the path's whole delay as added (as it did in the split lab, whose
+// kernel gave its interfaces new MAC addresses at every boot, so that the
+// hosts' neighbour entries held the last kernel's, and no probe of the
+// first second came back).
+func baselines(s []ProbeSample) ([2]time.Duration, bool) {
 	b := [2]time.Duration{time.Hour, time.Hour}
+	ok := false
 	for _, x := range s {
 		if !x.Lost {
+			ok = true
 			b[estimator.Down] = min(b[estimator.Down], x.Down)
 			b[estimator.Up] = min(b[estimator.Up], x.Up)
 		}
 	}
-	for d := range b {
-		if b[d] == time.Hour {
-			b[d] = 0
-		}
+	if !ok {
+		return [2]time.Duration{}, false
 	}
-	return b
+	return b, true
 }
+
+// baselineWait is how long, after the first second, a run waits for the
+// probe's first answer before it fails.
+const baselineWait = 5 * time.Second
 
 // emptyProbeBytes is the size of a small probe packet on the wire, as the
 // simulator takes it for an empty queue's wait.

@@ -20,6 +20,8 @@ func TestParseScheme(t *testing.T) {
 		{in: "autoshape", want: lab.Scheme{Name: "autoshape"}},
 		{in: "autoshape:/etc/a.toml", want: lab.Scheme{Name: "autoshape", Config: "/etc/a.toml"}},
 		{in: "classic", want: lab.Scheme{Name: "classic", Policy: "classic"}},
+		{in: "supervise", want: lab.Scheme{Name: "supervise", Policy: "supervise"}},
+		{in: "supervise:x", wantErr: `scheme "supervise:x": supervise takes no argument`},
 		{in: "exec:sleep 1000", want: lab.Scheme{Name: "exec", Command: "sleep 1000"}},
 		{in: "autorate", want: lab.Scheme{Name: "autorate",
 			Command: `tc qdisc change dev "$LINKLAB_DOWN_IFACE" root cake autorate-ingress && exec sleep 1000000`}},
@@ -32,7 +34,7 @@ func TestParseScheme(t *testing.T) {
 		{in: "unshaped:", wantErr: `scheme "unshaped:": unshaped takes no argument`},
 		{in: "static:7", wantErr: `scheme "static:7": want static:FRACTION`},
 		{in: "static", wantErr: `scheme "static": want static:FRACTION`},
-		{in: "cake-autorate", wantErr: `scheme "cake-autorate": want unshaped, static:FRACTION, autoshape[:CONFIG], classic, autorate or exec:COMMAND`},
+		{in: "cake-autorate", wantErr: `scheme "cake-autorate": want unshaped, static:FRACTION, autoshape[:CONFIG], classic, supervise, autorate or exec:COMMAND`},
 		{in: "autorate:x", wantErr: `scheme "autorate:x": autorate takes no argument`},
 		{in: "", wantErr: `scheme "": want`},
 	}
@@ -56,7 +58,7 @@ func TestParseScheme(t *testing.T) {
 }
 
 func TestNeedsAutoshape(t *testing.T) {
-	for in, want := range map[string]bool{"unshaped": false, "static:0.9": false, "autoshape": true, "classic": true, "exec:true": false} {
+	for in, want := range map[string]bool{"unshaped": false, "static:0.9": false, "autoshape": true, "classic": true, "supervise": true, "exec:true": false} {
 		s, err := lab.ParseScheme(in)
 		if err != nil {
 			t.Fatal(err)

@@ -67,3 +67,19 @@ func TestParseCPULine(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselines: the least delay each way of the answered probes; none
+// answered is no baseline (0 would count the path's whole delay as added).
+func TestBaselines(t *testing.T) {
+	ms := time.Millisecond
+	if b, ok := baselines(nil); ok || b != ([2]time.Duration{}) {
+		t.Errorf("no samples: %v, %v; want none", b, ok)
+	}
+	if _, ok := baselines([]ProbeSample{{Lost: true}, {Lost: true}}); ok {
+		t.Error("only lost probes gave a baseline")
+	}
+	b, ok := baselines([]ProbeSample{{Down: 27 * ms, Up: 26 * ms}, {Lost: true}, {Down: 25 * ms, Up: 28 * ms}})
+	if want := ([2]time.Duration{25 * ms, 26 * ms}); !ok || b != want {
+		t.Errorf("baselines = %v, %v; want %v", b, ok, want)
+	}
+}

@@ -16,13 +16,19 @@ var SchemeNames = []string{"autoshape", "classic", "static90", "unshaped", "orac
 // (Scheme.AutorateIngress), known to Schemes but not in the standard table.
 const AutorateName = "autorate"
 
+// SuperviseName is the scheme of the budget policy supervising CAKE's
+// autorate-ingress on download (policies.Supervise), known to Schemes but
+// not in the standard table.
+const SuperviseName = "supervise"
+
 // Schemes returns the named standard schemes:
 //   - autoshape: the controller with the budget policy;
 //   - classic: the controller with cake-autorate's default rules;
 //   - static90: a fixed shaper at 90 % of the trace's mean capacity;
 //   - unshaped: no shaper at all;
 //   - oracle: a shaper at 95 % of the capacity of the coming 50 ms;
-//   - autorate: CAKE's autorate-ingress alone (AutorateName).
+//   - autorate: CAKE's autorate-ingress alone (AutorateName);
+//   - supervise: the budget policy supervising autorate-ingress (SuperviseName).
 func Schemes(names []string, budget policies.BudgetConfig, classic policies.ClassicConfig) ([]Scheme, error) {
 	if err := budget.Validate(); err != nil {
 		return nil, err
@@ -49,10 +55,14 @@ func Schemes(names []string, budget policies.BudgetConfig, classic policies.Clas
 			out = append(out, Scheme{Name: n})
 		case "oracle":
 			out = append(out, Scheme{Name: n, Oracle: &Oracle{Fraction: 0.95, Window: 50 * time.Millisecond}})
+		case SuperviseName:
+			out = append(out, Scheme{Name: n, Policy: func(estimator.Direction, policies.Bounds, float64) (policies.Policy, error) {
+				return policies.NewSupervise(budget)
+			}})
 		case AutorateName:
 			out = append(out, Scheme{Name: n, AutorateIngress: true})
 		default:
-			return nil, fmt.Errorf("unknown policy %q (known: %s, %s)", n, strings.Join(SchemeNames, ", "), AutorateName)
+			return nil, fmt.Errorf("unknown policy %q (known: %s, %s, %s)", n, strings.Join(SchemeNames, ", "), AutorateName, SuperviseName)
 		}
 	}
 	return out, nil

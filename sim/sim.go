@@ -468,7 +468,9 @@ func (r *replay) step(now int64) error {
 	down, up := r.m.paths[estimator.Down], r.m.paths[estimator.Up]
 	down.step(now, up.wait+up.sparseWait())
 	up.step(now, down.wait+down.sparseWait()+down.empty)
-	if r.scheme.AutorateIngress && r.traces[estimator.Down] != nil && down.cake.trains != r.trains {
+	if down.autorate && r.traces[estimator.Down] != nil && down.cake.trains != r.trains {
+		// CAKE's autorate-ingress owns the rate: alone, or handed to it by
+		// the controller (see simShaper.Yield).
 		r.trains = down.cake.trains
 		down.setRate(down.cake.bps() * 15 / 16)
 	}
@@ -691,7 +693,9 @@ type simShaper struct{ p *path }
 var _ controller.Shaper = (*simShaper)(nil)
 
 func (s *simShaper) SetRate(_ context.Context, bps uint64) (controller.Change, error) {
-	ch := controller.Change{Iface: s.p.dir.String(), Kind: "sim", Wrote: uint64(s.p.rate) != bps}
+	// As the actuator's: a rate CAKE sets itself is written over, even
+	// where it equals bps.
+	ch := controller.Change{Iface: s.p.dir.String(), Kind: "sim", Wrote: uint64(s.p.rate) != bps || s.p.autorate}
 	if ch.Wrote && s.p.autorate {
 		// The actuator's write takes the rate over from CAKE's
 		// autorate-ingress, which stops estimating.
@@ -702,10 +706,18 @@ func (s *simShaper) SetRate(_ context.Context, bps uint64) (controller.Change, e
 	return ch, nil
 }
 
+// Yield hands the rate to CAKE's autorate-ingress, which resumes
+// estimating from the value it kept (see controller.Yielder).
+func (s *simShaper) Yield(_ context.Context, bps uint64) (controller.Change, error) {
+	s.p.setRate(float64(bps))
+	s.p.autorate = true
+	return controller.Change{Iface: s.p.dir.String(), Kind: "sim", Wrote: true}, nil
+}
+
 func (s *simShaper) Stats(context.Context) (controller.ShaperStats, error) {
 	// The model moves whole packets of PacketBytes through the shaper.
 	st := controller.ShaperStats{Bytes: s.p.shaped, Packets: s.p.shaped / PacketBytes,
-		Drops: uint64(s.p.sqDrops) / PacketBytes, Backlog: uint64(s.p.sqBytes)}
+		Drops: uint64(s.p.sqDrops) / PacketBytes, Backlog: uint64(s.p.sqBytes), Rate: uint64(s.p.rate)}
 	if s.p.dir == estimator.Down && s.p.m.cfg.CapacityEstimate {
 		st.CapacityEstimate = uint64(s.p.cake.bps())
 		st.AutorateIngress = s.p.autorate

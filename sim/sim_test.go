@@ -481,3 +481,35 @@ func TestControllerTakesTheRateOver(t *testing.T) {
 		t.Errorf("the estimate moved after the controller took the rate over: %v", s.CapacityEstimate)
 	}
 }
+
+// TestSuperviseHandsTheRateBack: the supervise scheme's hand-back turns
+// autorate-ingress on again: the estimate, frozen while the controller owns
+// the rate, moves again, and the rate follows it at 15/16 (the model's
+// estimate settles at what the shaper lets through, since its arrivals
+// have no bursts: see docs/sim-vs-lab.md, "Supervising the estimate").
+func TestSuperviseHandsTheRateBack(t *testing.T) {
+	link := mustSchedule(t, "20mbit")
+	res := run(t, sim.Config{Down: link, Duration: 20 * time.Second, Seed: 1, Series: true}, scheme(t, sim.SuperviseName))
+	var s *sim.Series
+	for _, r := range res {
+		if r.Direction == "down" {
+			s = r.Series
+		}
+	}
+	if s == nil || len(s.CapacityEstimate) == 0 {
+		t.Fatal("no estimate series")
+	}
+	moves := 0
+	for i := 1; i < len(s.CapacityEstimate); i++ {
+		if s.CapacityEstimate[i] != s.CapacityEstimate[i-1] {
+			moves++
+		}
+	}
+	if moves < 10 {
+		t.Fatalf("the estimate moved %d times in 20 s: no hand-back", moves)
+	}
+	n := len(s.Rate) - 1
+	if est, rate := s.CapacityEstimate[n], s.Rate[n]; math.Abs(rate-est*15/16) > 0.02*est {
+		t.Errorf("at the end: rate %.2f Mbit/s, want CAKE's 15/16 of the estimate %.2f", rate, est)
+	}
+}

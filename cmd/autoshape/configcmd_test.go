@@ -47,8 +47,8 @@ func TestConfigCommands(t *testing.T) {
 	}{
 		{[]string{"config", "check", bad}, `unknown key "colour"`},
 		{[]string{"run", "-c", bad}, `unknown key "colour"`},
-		{[]string{"config", "check", badPolicy}, `link[0].policy: "foo" is neither "budget" nor "classic"`},
-		{[]string{"run", "-c", badPolicy}, `link[0].policy: "foo" is neither "budget" nor "classic"`},
+		{[]string{"config", "check", badPolicy}, `link[0].policy: "foo" is not one of "budget", "classic", "supervise"`},
+		{[]string{"run", "-c", badPolicy}, `link[0].policy: "foo" is not one of "budget", "classic", "supervise"`},
 	} {
 		stderr.Reset()
 		if code := run(tt.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.want) || !strings.Contains(stderr.String(), tt.args[2]) {

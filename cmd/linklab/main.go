@@ -44,6 +44,9 @@ schemes:
                       bounds derived from the capacities
   classic             the same daemon with policy = "classic" (cake-autorate's
                       documented default rules)
+  supervise           the same daemon with policy = "supervise": the budget
+                      policy supervising CAKE's autorate-ingress on the
+                      download (CAKE backend)
   autorate            CAKE's autorate-ingress alone on the download (CAKE
                       backend): the exec scheme running
                       tc qdisc change dev $LINKLAB_DOWN_IFACE root cake autorate-ingress
@@ -423,7 +426,7 @@ func simulate(caps [2]*sim.Trace, cfg lab.RunConfig, schemes []lab.Scheme) ([]si
 	for _, s := range schemes {
 		var ss sim.Scheme
 		switch {
-		case s.Name == "unshaped" || s.Name == "autoshape" && s.Config == "" || s.Name == "classic" || s.Name == sim.AutorateName:
+		case s.Name == "unshaped" || s.Name == "autoshape" && s.Config == "" || s.Name == "classic" || s.Name == sim.AutorateName || s.Name == sim.SuperviseName:
 			name := s.Name
 			std, err := sim.Schemes([]string{name}, policies.BudgetConfig{Budget: cfg.Budget}, policies.DefaultClassicConfig())
 			if err != nil {

@@ -242,10 +242,18 @@ func kernelArgs(cfg Config, script string) []string {
 	args := []string{"mem=" + cfg.Mem, "rootfstype=hostfs", "rootflags=/", "ro", "quiet",
 		"init=" + script, "con=null", "con0=fd:0,fd:1"}
 	for i, ifc := range cfg.Interfaces {
-		args = append(args, fmt.Sprintf("vec%d:transport=raw,ifname=%s,depth=128", i, ifc))
+		args = append(args, fmt.Sprintf("vec%d:transport=raw,ifname=%s,depth=128,mac=%s", i, ifc, vectorMAC(i)))
 	}
 	return args
 }
+
+// vectorMAC is the MAC address of the kernel's vecN: the same at every
+// boot, so that the host's neighbour entries for the addresses behind it
+// stay right when a kernel takes over from the last (with a random one
+// per boot, as the driver gives by default, the hosts sent the first
+// seconds of a new kernel's traffic to the last one's address, and it was
+// lost). Locally administered, unicast.
+func vectorMAC(n int) string { return fmt.Sprintf("02:75:6d:6c:00:%02x", n) }
 
 // Run boots the kernel, runs argv inside and returns its exit status. The
 // error is non-nil only when the kernel could not run the command to its

@@ -71,10 +71,11 @@ func TestInitScriptQuotes(t *testing.T) {
 }
 
 // TestKernelArgsInterfaces: each host interface becomes a vector interface
-// over a raw socket, in order.
+// over a raw socket, in order, with a MAC address of its own that is the
+// same at every boot.
 func TestKernelArgsInterfaces(t *testing.T) {
 	args := kernelArgs(Config{Mem: "1G", Interfaces: []string{"vcli", "vsrv"}}, "/r/uml-init")
-	want := []string{"vec0:transport=raw,ifname=vcli,depth=128", "vec1:transport=raw,ifname=vsrv,depth=128"}
+	want := []string{"vec0:transport=raw,ifname=vcli,depth=128,mac=02:75:6d:6c:00:00", "vec1:transport=raw,ifname=vsrv,depth=128,mac=02:75:6d:6c:00:01"}
 	if got := args[len(args)-2:]; !slices.Equal(got, want) {
 		t.Errorf("kernel args end %q, want %q", got, want)
 	}
