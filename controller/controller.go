@@ -215,12 +215,12 @@ type Controller struct {
 	policies [2]policies.Policy
 	prober   Prober
 
-	rates     [2]float64 // what was last written, bit/s
-	intended  [2]float64 // what the policy last asked for: its next input
-	written   [2]bool    // whether a rate was ever written
+	rates    [2]float64 // what was last written, bit/s
+	intended [2]float64 // what the policy last asked for: its next input
+	written  [2]bool    // whether a rate was ever written
 	// yielded: the rate is CAKE's autorate-ingress's (see Yielder), and
 	// rates holds the rate the shaper reported at the last tick.
-	yielded [2]bool
+	yielded   [2]bool
 	state     State
 	quietFrom time.Time // start of the current unloaded stretch (zero: loaded)
 	noRaise   time.Time // no increases before this instant
