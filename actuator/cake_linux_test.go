@@ -269,12 +269,15 @@ type tcCakeJSON struct {
 	MemoryUsed       uint32 `json:"memory_used"`
 	MemoryLimit      uint32 `json:"memory_limit"`
 	CapacityEstimate uint64 `json:"capacity_estimate"`
-	MinNetworkSize   uint32 `json:"min_network_size"`
-	MaxNetworkSize   uint32 `json:"max_network_size"`
-	MinAdjSize       uint32 `json:"min_adj_size"`
-	MaxAdjSize       uint32 `json:"max_adj_size"`
-	AvgHdrOffset     uint32 `json:"avg_hdr_offset"`
-	Tins             []struct {
+	Options          struct {
+		Bandwidth uint64 `json:"bandwidth"` // bytes/s
+	} `json:"options"`
+	MinNetworkSize uint32 `json:"min_network_size"`
+	MaxNetworkSize uint32 `json:"max_network_size"`
+	MinAdjSize     uint32 `json:"min_adj_size"`
+	MaxAdjSize     uint32 `json:"max_adj_size"`
+	AvgHdrOffset   uint32 `json:"avg_hdr_offset"`
+	Tins           []struct {
 		ThresholdRate     uint64 `json:"threshold_rate"`
 		SentBytes         uint64 `json:"sent_bytes"`
 		BacklogBytes      uint64 `json:"backlog_bytes"`
@@ -311,7 +314,7 @@ func cakeStatsFromTC(j tcCakeJSON) (Stats, CakeStats) {
 		})
 	}
 	st := Stats{Bytes: j.Bytes, Packets: j.Packets, Drops: j.Drops, Backlog: j.Backlog,
-		CapacityEstimate: cs.CapacityEstimate, Tins: cs.Tins}
+		CapacityEstimate: cs.CapacityEstimate, Rate: j.Options.Bandwidth * 8, Tins: cs.Tins}
 	return st, cs
 }
 
