@@ -199,9 +199,7 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 		return nil, err
 	}
 	defer probe.Stop()
-	// The empty line's delay: the baseline the added delay is measured from,
-	// over the first second of answers.
-	warm := time.Now()
+	// The empty line's delay: the baseline the added delay is measured from.
 	if err := sleep(ctx, min(cfg.Warmup, time.Second), rt.failed()); err != nil {
 		return nil, err
 	}
@@ -214,7 +212,7 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 			return nil, err
 		}
 	}
-	if err := sleep(ctx, cfg.Warmup-time.Since(warm), rt.failed()); err != nil {
+	if err := sleep(ctx, cfg.Warmup-min(cfg.Warmup, time.Second), rt.failed()); err != nil {
 		return nil, err
 	}
 
