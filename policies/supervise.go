@@ -41,7 +41,6 @@ type Supervise struct {
 	// estimate is CAKE's estimate when it last owned the rate (the kernel
 	// keeps it while the policy owns the rate), 0 before any.
 	estimate float64
-	owned    bool      // CAKE owned the rate at the last call
 	takenAt  time.Time // the last take-over, zero once learned from
 	cutAt    time.Time // the Budget policy's last cut
 }
@@ -89,17 +88,15 @@ func (s *Supervise) Next(in Input) Proposal {
 		s.cutAt = in.Now
 	}
 	if o.CapacityEstimate > 0 {
-		s.owned = true
 		s.estimate = o.CapacityEstimate
 		if p.Rate < in.Rate && cuts(p.Reason) {
 			// Take over: at the learned margin under the estimate, or
 			// lower where the Budget policy measured less.
-			s.owned, s.takenAt = false, in.Now
+			s.takenAt = in.Now
 			return Proposal{Rate: in.Bounds.Clamp(math.Min(p.Rate, s.margin*s.estimate)), Reason: p.Reason}
 		}
 		return Proposal{Rate: in.Rate, Reason: ReasonYield}
 	}
-	s.owned = false
 	if !s.takenAt.IsZero() && in.Now.Sub(s.takenAt) >= learnAfter && s.estimate > 0 {
 		// The rate the Budget policy holds the delay within the budget at
 		// is the link's capacity as our shaper sees it: learn its share of

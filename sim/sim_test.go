@@ -467,15 +467,7 @@ func TestAutorateIngress(t *testing.T) {
 func TestControllerTakesTheRateOver(t *testing.T) {
 	link := mustSchedule(t, "20mbit@0s,5mbit@10s")
 	res := run(t, sim.Config{Down: link, Duration: 20 * time.Second, Seed: 1, Series: true}, scheme(t, "autoshape"))
-	var s *sim.Series
-	for _, r := range res {
-		if r.Direction == "down" {
-			s = r.Series
-		}
-	}
-	if s == nil || len(s.CapacityEstimate) == 0 {
-		t.Fatal("no estimate series")
-	}
+	s := downSeries(t, res)
 	last := s.CapacityEstimate[len(s.CapacityEstimate)-1]
 	if n := len(s.CapacityEstimate); s.CapacityEstimate[n/2] != last || s.CapacityEstimate[n/4] != last {
 		t.Errorf("the estimate moved after the controller took the rate over: %v", s.CapacityEstimate)
@@ -490,15 +482,7 @@ func TestControllerTakesTheRateOver(t *testing.T) {
 func TestSuperviseHandsTheRateBack(t *testing.T) {
 	link := mustSchedule(t, "20mbit")
 	res := run(t, sim.Config{Down: link, Duration: 20 * time.Second, Seed: 1, Series: true}, scheme(t, sim.SuperviseName))
-	var s *sim.Series
-	for _, r := range res {
-		if r.Direction == "down" {
-			s = r.Series
-		}
-	}
-	if s == nil || len(s.CapacityEstimate) == 0 {
-		t.Fatal("no estimate series")
-	}
+	s := downSeries(t, res)
 	moves := 0
 	for i := 1; i < len(s.CapacityEstimate); i++ {
 		if s.CapacityEstimate[i] != s.CapacityEstimate[i-1] {
@@ -512,4 +496,17 @@ func TestSuperviseHandsTheRateBack(t *testing.T) {
 	if est, rate := s.CapacityEstimate[n], s.Rate[n]; math.Abs(rate-est*15/16) > 0.02*est {
 		t.Errorf("at the end: rate %.2f Mbit/s, want CAKE's 15/16 of the estimate %.2f", rate, est)
 	}
+}
+
+// downSeries is the download's series of res, which must carry CAKE's
+// estimate.
+func downSeries(t *testing.T, res []sim.Result) *sim.Series {
+	t.Helper()
+	for _, r := range res {
+		if r.Direction == "down" && r.Series != nil && len(r.Series.CapacityEstimate) > 0 {
+			return r.Series
+		}
+	}
+	t.Fatal("no estimate series")
+	return nil
 }
