@@ -105,10 +105,12 @@ func splitRun(ctx context.Context, t *testing.T, boot int, top *lab.Topology, cf
 	if r.GoodputMbps < 7.5 || r.GoodputMbps > 9 {
 		t.Errorf("boot %d: goodput %.2f Mbit/s through CAKE at 9, want 7.5 to 9", boot, r.GoodputMbps)
 	}
-	// A queue at the 10 Mbit/s bottleneck, or a round trip counted as
-	// queue, would show here.
-	if r.Delay.P50 > 5 {
-		t.Errorf("boot %d: p50 added delay %.1f ms at 90 %% of the bottleneck, want under 5", boot, r.Delay.P50)
+	// A queue at the 10 Mbit/s bottleneck (hundreds of ms unshaped), or the
+	// path's 10 ms one way counted as queue (a baseline of 0), would show
+	// here. With the kernel on one host CPU the p50 was 1.8-6.1 ms in 12
+	// boots on a 2-core machine: the guest's scheduling adds its share.
+	if r.Delay.P50 > 8 {
+		t.Errorf("boot %d: p50 added delay %.1f ms at 90 %% of the bottleneck, want under 8", boot, r.Delay.P50)
 	}
 	est := r.Series.CapacityEstimate
 	if len(est) == 0 || est[len(est)/2] != 9 {

@@ -1,13 +1,16 @@
 package uml
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 func TestModulePaths(t *testing.T) {
@@ -81,5 +84,39 @@ func TestKernelArgsInterfaces(t *testing.T) {
 	}
 	if args := kernelArgs(Config{Mem: "1G"}, "/r/uml-init"); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "vec") }) {
 		t.Errorf("kernel args without interfaces: %q", args)
+	}
+}
+
+// TestStartOnOneCPU: the child runs on one CPU, the last this process may
+// use, and this process keeps the CPUs it had.
+func TestStartOnOneCPU(t *testing.T) {
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Skipf("skipping: the CPU affinity cannot be read here: %v", err)
+	}
+	last := -1
+	for i, n := 0, before.Count(); n > 0; i++ {
+		if before.IsSet(i) {
+			last, n = i, n-1
+		}
+	}
+	cmd := exec.Command("sh", "-c", "grep Cpus_allowed_list /proc/self/status")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := startOnOneCPU(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Cpus_allowed_list:\t%d\n", last); out.String() != want {
+		t.Errorf("the child ran with %q, want %q", out.String(), want)
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("this thread's CPUs changed: %d before, %d after", before.Count(), after.Count())
 	}
 }
