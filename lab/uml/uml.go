@@ -360,11 +360,12 @@ const Timeout = 20 * time.Minute
 // machine in some boots, and there each switch between them cost so much
 // more that the guest's CPU was 68-96 % busy with a static shaper at
 // 10 Mbit/s, against 9-41 % in the others (5 boots of 16), and the added
-// delay's p50 was 6.6-86 ms instead of 2-3 ms; pinned, 12 boots of 12 were
+// delay's p50 was 6.6-86 ms instead of 2-3 ms; pinned, 16 boots of 16 were
 // 8-36 % busy (docs/sim-vs-lab.md, "The split lab").
 //
 // The start runs on a thread of its own, pinned, whose affinity the child
-// inherits; that thread ends with its goroutine (it stays locked), so no
+// inherits; that thread ends with its goroutine (it stays locked), and the
+// runtime makes new threads from its template thread, not a locked one, so no
 // other goroutine runs pinned. Where the affinity cannot be read or set,
 // cmd starts as it would have.
 func startOnOneCPU(cmd *exec.Cmd) error {
