@@ -374,13 +374,7 @@ func startOnOneCPU(cmd *exec.Cmd) error {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
 		var set unix.CPUSet
 		if unix.SchedGetaffinity(0, &set) == nil {
-			last := -1
-			for i, n := 0, set.Count(); n > 0; i++ {
-				if set.IsSet(i) {
-					last, n = i, n-1
-				}
-			}
-			if last >= 0 {
+			if last := lastCPU(set); last >= 0 {
 				var one unix.CPUSet
 				one.Set(last)
 				unix.SchedSetaffinity(0, &one)
@@ -389,4 +383,15 @@ func startOnOneCPU(cmd *exec.Cmd) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// lastCPU is the highest CPU in set, -1 when it is empty.
+func lastCPU(set unix.CPUSet) int {
+	last := -1
+	for i, n := 0, set.Count(); n > 0; i++ {
+		if set.IsSet(i) {
+			last, n = i, n-1
+		}
+	}
+	return last
 }

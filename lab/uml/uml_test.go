@@ -87,6 +87,20 @@ func TestKernelArgsInterfaces(t *testing.T) {
 	}
 }
 
+// TestLastCPU: the highest CPU of a set, -1 for none.
+func TestLastCPU(t *testing.T) {
+	var set unix.CPUSet
+	if got := lastCPU(set); got != -1 {
+		t.Errorf("lastCPU(empty) = %d, want -1", got)
+	}
+	set.Set(0)
+	set.Set(3)
+	set.Set(70)
+	if got := lastCPU(set); got != 70 {
+		t.Errorf("lastCPU({0, 3, 70}) = %d, want 70", got)
+	}
+}
+
 // TestStartOnOneCPU: the child runs on one CPU, the last this process may
 // use, and this process keeps the CPUs it had.
 func TestStartOnOneCPU(t *testing.T) {
@@ -94,12 +108,7 @@ func TestStartOnOneCPU(t *testing.T) {
 	if err := unix.SchedGetaffinity(0, &before); err != nil {
 		t.Skipf("skipping: the CPU affinity cannot be read here: %v", err)
 	}
-	last := -1
-	for i, n := 0, before.Count(); n > 0; i++ {
-		if before.IsSet(i) {
-			last, n = i, n-1
-		}
-	}
+	last := lastCPU(before)
 	cmd := exec.Command("sh", "-c", "grep Cpus_allowed_list /proc/self/status")
 	var out strings.Builder
 	cmd.Stdout = &out
