@@ -4,6 +4,7 @@ package uml_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,12 +106,28 @@ func splitRun(ctx context.Context, t *testing.T, boot int, top *lab.Topology, cf
 	if r.GoodputMbps < 7.5 || r.GoodputMbps > 9 {
 		t.Errorf("boot %d: goodput %.2f Mbit/s through CAKE at 9, want 7.5 to 9", boot, r.GoodputMbps)
 	}
-	// A queue at the 10 Mbit/s bottleneck (hundreds of ms unshaped), or the
-	// path's 10 ms one way counted as queue (a baseline of 0), would show
-	// here. With the kernel on one host CPU the p50 was 1.8-6.1 ms in 16
-	// boots on a 2-core machine: the guest's scheduling adds its share.
-	if r.Delay.P50 > 8 {
-		t.Errorf("boot %d: p50 added delay %.1f ms at 90 %% of the bottleneck, want under 8", boot, r.Delay.P50)
+	// Two faults would show in the delay, and each has a bar that the
+	// host's scheduling noise does not reach. The path's 10 ms one way
+	// counted as queue (a baseline of 0) puts every sample at 10 ms or
+	// more, so no 100 ms of the run could average under 10. A queue at the
+	// 10 Mbit/s bottleneck (its buffer is 500 ms) puts the p50 in the
+	// hundreds. With the kernel on one host CPU the p50 was 1.8-6.1 ms in
+	// 16 boots on a 2-core machine, 5-6 ms with a busy loop sharing that
+	// CPU, and 19.5 ms (p95 55.7) once in CI: timing goes to the lab's
+	// report, not to this test (docs/sim-vs-lab.md, "The split lab").
+	// A 100 ms with no probe answered holds 0; with the bias none could.
+	lowest := math.Inf(1)
+	for _, v := range r.Series.Delay {
+		if v > 0 {
+			lowest = min(lowest, v)
+		}
+	}
+	t.Logf("boot %d: the lowest 100 ms mean of the added delay %.1f ms", boot, lowest)
+	if lowest >= 10 {
+		t.Errorf("boot %d: no 100 ms of the run averaged under the path's 10 ms one way (lowest %.1f ms): the baseline is biased", boot, lowest)
+	}
+	if r.Delay.P50 > 50 {
+		t.Errorf("boot %d: p50 added delay %.1f ms at 90 %% of the bottleneck, want under a tenth of the line's 500 ms buffer", boot, r.Delay.P50)
 	}
 	est := r.Series.CapacityEstimate
 	if len(est) == 0 || est[len(est)/2] != 9 {
