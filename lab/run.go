@@ -172,6 +172,9 @@ type router interface {
 	// end stops them and returns the scheme (still running, for its
 	// rates) and CAKE's estimate, in bit/s since start.
 	end() (schemeRunner, stepSeries, error)
+	// delivery is, after end, what each direction's line sent while it
+	// held a queue (nil for a direction without one).
+	delivery() [2]*sim.Delivery
 	// close stops the scheme and removes the bottlenecks.
 	close() error
 }
@@ -267,7 +270,16 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 					s.CapacityEstimate = append(s.CapacityEstimate, round3(est.at(time.Duration(t*float64(time.Second)))/1e6))
 				}
 			}
-			return score(cfg, scheme, sh, start, series, received, probe.Samples(), base), nil
+			rs := score(cfg, scheme, sh, start, series, received, probe.Samples(), base)
+			lines := rt.delivery()
+			for i := range rs {
+				for _, d := range estimator.Directions {
+					if rs[i].Direction == d.String() {
+						rs[i].Bottleneck = lines[d]
+					}
+				}
+			}
+			return rs, nil
 		}
 	}
 }
@@ -373,6 +385,16 @@ func (r *localRouter) end() (schemeRunner, stepSeries, error) {
 		r.done = nil
 	}
 	return r.sh, r.est, nil
+}
+
+func (r *localRouter) delivery() [2]*sim.Delivery {
+	var out [2]*sim.Delivery
+	for _, d := range estimator.Directions {
+		if r.necks[d] != nil {
+			out[d] = r.necks[d].Delivery()
+		}
+	}
+	return out
 }
 
 func (r *localRouter) close() error {

@@ -27,7 +27,8 @@ func buildAutoshape(t *testing.T) string {
 // under unshaped, static and the daemon. Unshaped fills the half-second
 // buffer; static:0.9 of the mean rate holds delay while the capacity is
 // above it and not after the drop; autoshape cuts after the drop, so its
-// delay is far below unshaped's, and it leaves nothing behind.
+// delay is far below unshaped's, and it leaves nothing behind. The line,
+// holding a queue, sends at its rate (sim.Delivery).
 func TestRunSchemesOnStep(t *testing.T) {
 	top := buildLab(t)
 	down, err := sim.ParseSchedule("20mbit@0s,5mbit@8s")
@@ -52,6 +53,9 @@ func TestRunSchemesOnStep(t *testing.T) {
 		r := rs[0]
 		r.Series = nil
 		t.Logf("%s: %+v", name, r)
+		if r.Bottleneck != nil {
+			t.Logf("%s: the line's delivery %+v", name, *r.Bottleneck)
+		}
 		results[name] = rs[0]
 	}
 	u, a := results["unshaped"], results["autoshape"]
@@ -63,6 +67,14 @@ func TestRunSchemesOnStep(t *testing.T) {
 	}
 	if a.ReactionS == nil || a.RateChanges == 0 {
 		t.Errorf("autoshape: reaction %v, %d rate changes", a.ReactionS, a.RateChanges)
+	}
+	// Unshaped, the line holds its buffer's queue nearly throughout and,
+	// holding it, sends at its rate: the lab's check on itself counts it.
+	if b := u.Bottleneck; b == nil || b.QueuedS < 10 || b.Share < 0.85 || b.Share > 1.1 {
+		t.Errorf("unshaped: the line's delivery %+v, want a queue for 10 s or more with its rate sent", b)
+	}
+	if a.Bottleneck == nil {
+		t.Errorf("autoshape: no account of the line's delivery")
 	}
 	if u.Utilization < 0.8 || a.Utilization < 0.4 {
 		t.Errorf("utilisation unshaped %v, autoshape %v", u.Utilization, a.Utilization)

@@ -154,6 +154,8 @@ type routerOutcome struct {
 	Rates    [2][]float64  `json:"rates_bps"`
 	Changes  [2]int        `json:"changes"`
 	Estimate stepSeries    `json:"estimate"`
+	// Delivery is what each direction's line sent while it held a queue.
+	Delivery [2]*sim.Delivery `json:"delivery"`
 	// Busy is the share of the loaded time the kernel's one CPU was busy
 	// (from /proc/stat; -1 when unread): near 1, its scheduling delays
 	// join the queues' in every figure.
@@ -219,7 +221,7 @@ func ServeRouter(ctx context.Context, prefix string, cfg RunConfig, scheme Schem
 		return err
 	}
 	rates := sh.rates(start)
-	out.RateStep, out.Estimate = outcomeRateStep, est
+	out.RateStep, out.Estimate, out.Delivery = outcomeRateStep, est, rt.delivery()
 	n := int((cfg.Duration+time.Second)/outcomeRateStep) + 1
 	for _, d := range estimator.Directions {
 		out.Changes[d] = sh.changes(d)
@@ -393,6 +395,8 @@ func (g *guestRouter) end() (schemeRunner, stepSeries, error) {
 		return nil, stepSeries{}, fmt.Errorf("the router half did not stop within %v", guestStopWait)
 	}
 }
+
+func (g *guestRouter) delivery() [2]*sim.Delivery { return g.out.Delivery }
 
 func (g *guestRouter) close() error {
 	g.cancel()

@@ -221,6 +221,25 @@ type Delay struct {
 	P99 float64 `json:"p99"`
 }
 
+// A Delivery checks an emulated line against its own rate: a line that
+// holds a queue sends at its rate, and one that sends less (a kernel short
+// of CPU to forward it) puts a queue in front of every scheme that is no
+// scheme's doing.
+type Delivery struct {
+	// QueuedS is the time, in seconds, in which the line held a queue from
+	// one look to the next.
+	QueuedS float64 `json:"queued_s"`
+	// Share is what it sent in that time over what its rate allowed.
+	Share float64 `json:"share"`
+	// ShortS is the part of QueuedS in looks that sent under ShortShare
+	// of the rate.
+	ShortS float64 `json:"short_s"`
+}
+
+// ShortShare is the share of its rate under which a line that held a queue
+// through a look counts as short in it.
+const ShortShare = 0.9
+
 // A Result scores one scheme in one direction.
 type Result struct {
 	Scheme       string  `json:"scheme"`
@@ -256,6 +275,10 @@ type Result struct {
 	MeanRateMbps float64 `json:"mean_rate_mbps"`
 	RateChanges  int     `json:"rate_changes"`
 	Drops        int64   `json:"drops_bytes"`
+	// Bottleneck is, in the lab, what the emulated line delivered while it
+	// held a queue; nil in the simulator, whose line always delivers its
+	// capacity.
+	Bottleneck *Delivery `json:"bottleneck,omitempty"`
 	// Series is there when Config.Series asked for it.
 	Series *Series `json:"series,omitempty"`
 }

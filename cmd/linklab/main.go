@@ -393,6 +393,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
+		for _, r := range rs {
+			if b := r.Bottleneck; b != nil {
+				fmt.Fprintf(stderr, "linklab: %s\n", deliveryLine(r.Direction, *b))
+			}
+		}
 		rep.Results = append(rep.Results, rs...)
 	}
 	if o.withSim {
@@ -626,3 +631,23 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// deliveryLine says what a direction's line sent while it held a queue,
+// and, when it sent less than its rate, that the run's delays hold a queue
+// that is the lab's.
+func deliveryLine(dir string, d sim.Delivery) string {
+	if d.QueuedS == 0 {
+		return fmt.Sprintf("the %s line never held a queue", dir)
+	}
+	s := fmt.Sprintf("the %s line held a queue for %.1f s and sent %.0f %% of its rate then (%.1f s under %.0f %%)",
+		dir, d.QueuedS, 100*d.Share, d.ShortS, 100*sim.ShortShare)
+	if d.Share < lineShortfall {
+		s += "; the kernel did not forward the line's rate, and the run's delays hold the queue that left"
+	}
+	return s
+}
+
+// lineShortfall is the share of its rate under which a line that held a
+// queue sent short overall: HTB on a kernel with time to spare sends its
+// rate to within a per cent.
+const lineShortfall = 0.95

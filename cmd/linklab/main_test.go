@@ -109,3 +109,20 @@ func TestSimulateBesideTheLab(t *testing.T) {
 		t.Errorf("side-by-side table:\n%s", b.String())
 	}
 }
+
+func TestDeliveryLine(t *testing.T) {
+	for _, tc := range []struct {
+		d         sim.Delivery
+		want      string
+		shortfall bool
+	}{
+		{sim.Delivery{}, "the down line never held a queue", false},
+		{sim.Delivery{QueuedS: 20, Share: 0.985, ShortS: 0.2}, "the down line held a queue for 20.0 s and sent 98 % of its rate then (0.2 s under 90 %)", false},
+		{sim.Delivery{QueuedS: 20, Share: 0.82, ShortS: 17.1}, "the down line held a queue for 20.0 s and sent 82 % of its rate then (17.1 s under 90 %)", true},
+	} {
+		got := deliveryLine("down", tc.d)
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "did not forward") != tc.shortfall {
+			t.Errorf("deliveryLine(%+v) = %q, want %q, the shortfall named: %v", tc.d, got, tc.want, tc.shortfall)
+		}
+	}
+}
