@@ -270,16 +270,7 @@ func measure(ctx context.Context, top *Topology, cfg RunConfig, scheme Scheme, r
 					s.CapacityEstimate = append(s.CapacityEstimate, round3(est.at(time.Duration(t*float64(time.Second)))/1e6))
 				}
 			}
-			rs := score(cfg, scheme, sh, start, series, received, probe.Samples(), base)
-			lines := rt.delivery()
-			for i := range rs {
-				for _, d := range estimator.Directions {
-					if rs[i].Direction == d.String() {
-						rs[i].Bottleneck = lines[d]
-					}
-				}
-			}
-			return rs, nil
+			return score(cfg, scheme, sh, start, series, received, probe.Samples(), base, rt.delivery()), nil
 		}
 	}
 }
@@ -472,7 +463,7 @@ func emptyWait(c *sim.Trace, at time.Duration) float64 {
 }
 
 // score turns a run's measurements into results.
-func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, series [2]sim.Series, received [2]int64, probes []ProbeSample, base [2]time.Duration) []sim.Result {
+func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, series [2]sim.Series, received [2]int64, probes []ProbeSample, base [2]time.Duration, lines [2]*sim.Delivery) []sim.Result {
 	var out []sim.Result
 	rates := sh.rates(start)
 	for _, d := range estimator.Directions {
@@ -534,6 +525,7 @@ func score(cfg RunConfig, scheme Scheme, sh schemeRunner, start time.Time, serie
 		r.MeanRateMbps = round3(rateSum / float64(len(s.Rate)))
 		r.RateChanges = sh.changes(d)
 		r.Series = &s
+		r.Bottleneck = lines[d]
 		sim.ScoreDelays(&r, delays, every, cfg.Capacity[d], cfg.Budget, dur, scheme.Name != "unshaped")
 		// The series' goodput is one point per 100 ms tick from the start.
 		sim.ScoreRecoveries(&r, s.Goodput, 100*time.Millisecond, cfg.Capacity[d], dur, scheme.Name != "unshaped")

@@ -49,7 +49,7 @@ func TestScoreCountsAddedDelayAsTheSimulator(t *testing.T) {
 		series[estimator.Down].Goodput = append(series[estimator.Down].Goodput, 1)
 	}
 	cfg := RunConfig{Capacity: [2]*sim.Trace{estimator.Down: tr}, Budget: 15 * time.Millisecond}
-	rs := score(cfg, Scheme{Name: "unshaped"}, fixedScheme{}, start, series, [2]int64{}, probes, base)
+	rs := score(cfg, Scheme{Name: "unshaped"}, fixedScheme{}, start, series, [2]int64{}, probes, base, [2]*sim.Delivery{})
 	if len(rs) != 1 {
 		t.Fatalf("got %d results, want 1", len(rs))
 	}

@@ -325,34 +325,17 @@ func Run(ctx context.Context, cfg Config, argv ...string) (int, error) {
 	go func() { done <- cmd.Wait() }()
 	// How long the kernel waited for its host CPU: what the host's other
 	// work added to this run's delays.
-	watch, watched := newCPUWatch("/proc", cmd.Process.Pid), make(chan struct{})
-	stopWatch := make(chan struct{})
-	go func() {
-		defer close(watched)
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			watch.look()
-			select {
-			case <-tick.C:
-			case <-stopWatch:
-				return
-			}
-		}
-	}()
+	watched := watchCPU(cmd.Process.Pid)
 	select {
 	case err = <-done:
 	case <-ctx.Done():
 		// The kernel's helper processes share its process group.
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
-		close(stopWatch)
-		<-watched
+		watched()
 		return -1, fmt.Errorf("the User-mode Linux kernel was stopped: %w", ctx.Err())
 	}
-	close(stopWatch)
-	<-watched
-	fmt.Fprintf(stderr, "uml: %v\n", watch.total())
+	fmt.Fprintf(stderr, "uml: %v\n", watched())
 	// A halted kernel leaves helpers behind now and then.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if cfg.Stdout != nil {

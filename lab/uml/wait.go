@@ -48,6 +48,30 @@ func newCPUWatch(proc string, pgid int) *cpuWatch {
 	return &cpuWatch{proc: proc, pgid: pgid, seen: map[int]cpuTime{}}
 }
 
+// watchCPU follows the process group pgid in /proc every 500 ms until the
+// function it returns is called, which returns the group's times.
+func watchCPU(pgid int) func() cpuTime {
+	w, stop, stopped := newCPUWatch("/proc", pgid), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			w.look()
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() cpuTime {
+		close(stop)
+		<-stopped
+		return w.total()
+	}
+}
+
 // look reads the group's processes now.
 func (w *cpuWatch) look() {
 	ents, err := os.ReadDir(w.proc)
