@@ -34,7 +34,6 @@ const (
 	lowBudget     = 5 * time.Millisecond  // utilisation at the smallest budget…
 	highBudget    = 60 * time.Millisecond // …and at the largest a user is expected to set
 	reachBudget   = 60 * time.Millisecond // classic's utilisation must be reached within it
-	refLag        = 50 * time.Millisecond // the late oracle autoshape is measured against
 	roomNeeded    = 0.10                  // the utilisation rise asked from lowBudget to highBudget
 	ratioMedian   = 0.75                  // the median p95 ratio asked
 	ratioWorstRun = 1.0                   // no direction-run above it
@@ -51,6 +50,7 @@ type frontierFlags struct {
 	thresholds []time.Duration
 	fractions  []float64
 	oracles    []sim.Oracle
+	refLag     time.Duration // the late oracle autoshape is measured against
 	jobs       int
 }
 
@@ -70,7 +70,8 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	oFractions := fs.String("oracle-fractions", "0.6,0.7,0.8,0.9,0.95", "the late oracles' fractions of the capacity")
 	oWindows := fs.String("oracle-windows", "50ms,500ms", "the late oracles' windows")
 	oDrains := fs.String("oracle-drains", "0s,300ms", "the late oracles' drain times (0s: none)")
-	oLags := fs.String("oracle-lags", "20ms,50ms", "the oracles' lags (50ms is the reference of the summary)")
+	oLags := fs.String("oracle-lags", "20ms,50ms", "the oracles' lags")
+	refLag := fs.Duration("reference-lag", 50*time.Millisecond, "the lag of the late oracle the summary compares with (one of -oracle-lags)")
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "simulations run at once")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	plotDir := fs.String("plot", "", "folder to write one figure per direction-run into (SVG; PNG with -png)")
@@ -85,7 +86,7 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	if *png && *plotDir == "" {
 		return cli.Usagef("-png needs -plot")
 	}
-	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs}
+	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs, refLag: *refLag}
 	var err error
 	if f.firstSeed, f.seeds, err = parseSeeds(*seeds); err != nil {
 		return err
@@ -129,6 +130,9 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	ol, err := parseDurations("-oracle-lags", *oLags, false)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(ol, f.refLag) {
+		return cli.Usagef("-reference-lag %v is not one of -oracle-lags %v", f.refLag, ol)
 	}
 	for _, l := range ol {
 		for _, fr := range of {
@@ -329,6 +333,7 @@ type knob struct {
 	run    sim.Scheme
 	budget time.Duration // the run's budget (autoshape's knob; else the default)
 	series bool          // keep the added delay over time (avoidable share)
+	ref    bool          // a point of the reference late oracle
 }
 
 // knobs lists every point of every sweep: autoshape's budgets first, then
@@ -360,7 +365,7 @@ func knobs(f frontierFlags) ([]knob, error) {
 	for i := range f.oracles {
 		o := f.oracles[i]
 		out = append(out, knob{scheme: oracleScheme(o.Lag), label: oracleLabel(o), value: o.Fraction,
-			run: sim.Scheme{Name: "oracle", Oracle: &o}, series: o.Lag == refLag})
+			run: sim.Scheme{Name: "oracle", Oracle: &o}, series: o.Lag == f.refLag, ref: o.Lag == f.refLag})
 	}
 	for i := range out {
 		if out[i].budget == 0 {
@@ -384,6 +389,11 @@ type runPoint struct {
 	delays         []float64 // added delay per 100 ms, when the knob keeps it
 }
 
+// referenceLag is the lag of the late oracle the summary compares with.
+func (r frontierReport) referenceLag() time.Duration {
+	return time.Duration(r.ReferenceLagMs * float64(time.Millisecond))
+}
+
 // A frontierReport is the JSON of `autoshape-tools frontier -json`.
 type frontierReport struct {
 	FirstSeed           int          `json:"first_seed"`
@@ -392,6 +402,7 @@ type frontierReport struct {
 	ClassicThresholdsMs []float64    `json:"classic_thresholds_ms"`
 	StaticFractions     []float64    `json:"static_fractions"`
 	Oracles             []string     `json:"oracles"` // lag: fraction/window/drain
+	ReferenceLagMs      float64      `json:"reference_lag_ms"`
 	Simulations         int          `json:"simulations"`
 	Traces              []traceRow   `json:"traces"`
 	Runs                []dirRun     `json:"runs"`
@@ -537,7 +548,8 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 	if err != nil {
 		return frontierReport{}, err
 	}
-	rep := frontierReport{FirstSeed: f.firstSeed, Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions}
+	rep := frontierReport{FirstSeed: f.firstSeed, Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions,
+		ReferenceLagMs: ms(f.refLag)}
 	for _, b := range f.budgets {
 		rep.BudgetsMs = append(rep.BudgetsMs, ms(b))
 	}
@@ -568,7 +580,7 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 			}
 		}
 		if len(runs) > 0 {
-			rep.Sets = append(rep.Sets, summarizeSet(set, runs))
+			rep.Sets = append(rep.Sets, summarizeSet(set, runs, f.refLag))
 		}
 	}
 	return rep, nil
@@ -770,7 +782,7 @@ func figuresFor(ks []knob, p []runPoint) seedFigures {
 			autoAt = append(autoAt, i)
 		case k.scheme == "classic" && k.value == defTh:
 			classic = i
-		case k.scheme == oracleScheme(refLag):
+		case k.ref:
 			refs = append(refs, point{p[i].util, p[i].p95})
 			refRuns = append(refRuns, p[i])
 		}
@@ -865,7 +877,7 @@ func summarizeRun(cs frontierCase, dir string, ks []knob, pts [][][2]runPoint, d
 
 // summarizeSet takes the medians over a set's direction-runs and makes its
 // acceptance checks.
-func summarizeSet(set string, runs []dirRun) setSummary {
+func summarizeSet(set string, runs []dirRun, refLag time.Duration) setSummary {
 	med := func(get func(s runSummary) figure) figure {
 		var v []float64
 		for _, r := range runs {
@@ -884,7 +896,7 @@ func summarizeSet(set string, runs []dirRun) setSummary {
 	}
 	name := func(r dirRun) string { return r.Case + " " + r.Dir }
 	var over, far, flat []string
-	within, roomy, oracleWithin := 0, 0, 0
+	within, roomy, oracleWithin, oracleOver := 0, 0, 0, 0
 	for _, r := range runs {
 		s := r.Summary
 		if v := float64(s.Ratio); !(v <= ratioWorstRun) {
@@ -895,6 +907,9 @@ func summarizeSet(set string, runs []dirRun) setSummary {
 		}
 		if v := float64(s.OracleRatio); v <= ratioMedian {
 			oracleWithin++
+		}
+		if v := float64(s.OracleRatio); !(v <= ratioWorstRun) {
+			oracleOver++
 		}
 		if v := float64(s.ReachMs); !(v <= ms(reachBudget)) {
 			far = append(far, fmt.Sprintf("%s %s", name(r), fmtFig(s.ReachMs, "%.0f ms")))
@@ -914,7 +929,7 @@ func summarizeSet(set string, runs []dirRun) setSummary {
 				within, len(runs), ratioMedian, refLag, fmtFig(ss.OracleRatio, "%.2f"), oracleWithin)},
 		{Pass: len(over) == 0,
 			Text:   fmt.Sprintf("no direction-run's ratio over %.1f: %d over", ratioWorstRun, len(over)),
-			Detail: list(over)},
+			Detail: strings.TrimSuffix(fmt.Sprintf("the %v-late oracle: %d over; ", refLag, oracleOver)+list(over), "; ")},
 		{Pass: len(far) == 0,
 			Text:   fmt.Sprintf("classic's utilisation reached at a budget ≤ %v on every direction-run: %d not", reachBudget, len(far)),
 			Detail: list(far)},
@@ -941,6 +956,7 @@ func fmtFig(f figure, format string) string {
 // printFrontier prints the report as tables.
 func printFrontier(w io.Writer, rep frontierReport) error {
 	var b strings.Builder
+	refLag := rep.referenceLag()
 	fmt.Fprintf(&b, "seeds %d-%d; autoshape budgets %v ms; classic delay thresholds %v ms (default %v); static fractions %v;\n",
 		rep.FirstSeed, rep.FirstSeed+rep.Seeds-1, rep.BudgetsMs, rep.ClassicThresholdsMs, policies.DefaultClassicConfig().DelayThreshold, rep.StaticFractions)
 	fmt.Fprintf(&b, "%d oracles (lag: fraction/window/drain). %d simulations.\n\n", len(rep.Oracles), rep.Simulations)
@@ -1046,6 +1062,7 @@ func paretoPoints(pts []curvePoint) []curvePoint {
 // plotFrontier writes one figure per direction-run into dir: utilisation
 // against p95 and against p50 added delay, log scale.
 func plotFrontier(rep frontierReport, dir, ext string) error {
+	refLag := rep.referenceLag()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return cli.Usagef("-plot %s: %v", dir, err)
 	}

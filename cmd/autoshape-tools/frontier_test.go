@@ -161,11 +161,12 @@ func TestMedian(t *testing.T) {
 }
 
 // figuresFor on a hand-made sweep: autoshape at 5, 15 and 60 ms, classic's
-// default, two late oracles.
+// default, two late oracles at the reference lag and one 20 ms late, which
+// the figures leave out.
 func TestFiguresFor(t *testing.T) {
 	f := frontierFlags{budgets: []time.Duration{5 * time.Millisecond, 15 * time.Millisecond, 60 * time.Millisecond},
-		thresholds: []time.Duration{30 * time.Millisecond}, fractions: []float64{0.9}}
-	f.oracles = append(f.oracles, oracleAt(0.8, 50), oracleAt(0.95, 50))
+		thresholds: []time.Duration{30 * time.Millisecond}, fractions: []float64{0.9}, refLag: 50 * time.Millisecond}
+	f.oracles = append(f.oracles, oracleAt(0.8, 50), oracleAt(0.95, 50), oracleAt(0.9, 20))
 	ks, err := knobs(f)
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +179,7 @@ func TestFiguresFor(t *testing.T) {
 		{util: 0.55, p95: 500},                                   // static 0.9
 		{util: 0.60, p50: 20, p95: 120, delays: []float64{20, 1, 1, 1}},
 		{util: 0.75, p50: 80, p95: 400, delays: []float64{20, 20, 20, 20}},
+		{util: 0.90, p50: 1, p95: 10, delays: []float64{1, 1, 1, 1}}, // 20 ms late: not the reference
 	}
 	got := figuresFor(ks, pts)
 	want := seedFigures{classicUtil: 0.65, classicP95: 250,
@@ -219,9 +221,35 @@ func TestSummarizeSetChecks(t *testing.T) {
 		{"flat without room", []dirRun{run("a", true, 0.5, 15, 0.05, 0.05), run("b", true, 0.5, 15, 0.05, math.NaN())}, []bool{true, true, true, true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ss := summarizeSet("s", tt.runs)
+			ss := summarizeSet("s", tt.runs, 50*time.Millisecond)
 			if diff := cmp.Diff(tt.want, pass(ss)); diff != "" {
 				t.Errorf("checks mismatch (-want +got):\n%s\n%+v", diff, ss.Checks)
+			}
+		})
+	}
+}
+
+// The check on runs over 1.0 also counts the reference oracle's: a bar that
+// perfect knowledge, late, does not meet either.
+func TestSummarizeSetOracleOver(t *testing.T) {
+	run := func(name string, ratio, oracle float64) dirRun {
+		return dirRun{Set: "s", Case: name, Dir: "up", Summary: runSummary{Ratio: figure(ratio), OracleRatio: figure(oracle)}}
+	}
+	for _, tt := range []struct {
+		name string
+		runs []dirRun
+		want string
+	}{
+		{"none over", []dirRun{run("a", 0.5, 0.4)}, "the 20ms-late oracle: 0 over"},
+		{"one each", []dirRun{run("a", 1.2, 0.8), run("b", 0.9, inf)}, "the 20ms-late oracle: 1 over; a up 1.20 (oracle 0.80)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ss := summarizeSet("s", tt.runs, 20*time.Millisecond)
+			if got := ss.Checks[1].Detail; got != tt.want {
+				t.Errorf("detail %q, want %q", got, tt.want)
+			}
+			if !strings.Contains(ss.Checks[0].Detail, "the 20ms-late oracle's median") {
+				t.Errorf("median check's detail %q does not name the 20ms-late oracle", ss.Checks[0].Detail)
 			}
 		})
 	}
@@ -268,6 +296,8 @@ func TestFrontierUsageErrors(t *testing.T) {
 		{[]string{"-fractions", "1.5"}, `-fractions: "1.5"`},
 		{[]string{"-oracle-fractions", "x"}, "-oracle-fractions"},
 		{[]string{"-oracle-drains", "-1s"}, "-oracle-drains"},
+		{[]string{"-reference-lag", "30ms"}, "-reference-lag 30ms is not one of -oracle-lags [20ms 50ms]"},
+		{[]string{"-oracle-lags", "20ms"}, "-reference-lag 50ms is not one of -oracle-lags [20ms]"},
 		{[]string{"-generated", "lte-moon"}, `unknown profile "lte-moon"`},
 		{[]string{"-traces", "/nonexistent", "-generated", "none"}, "-traces"},
 		{[]string{"-traces", empty, "-generated", "none"}, "no NAME.down"},
@@ -368,6 +398,12 @@ func TestFrontierEndToEnd(t *testing.T) {
 	_, again, _ := runCmd(append(append([]string{"frontier", "-traces", "", "-generated", "poisson", "-json"}, small...), "-j", "1")...)
 	if diff := cmp.Diff(out, again); diff != "" {
 		t.Errorf("a second run differs (-first +second):\n%s", diff)
+	}
+
+	// -reference-lag 20ms: the summary compares with the 20 ms-late oracle.
+	_, ref20, stderr := runCmd(append(append([]string{"frontier", "-traces", "", "-generated", "poisson"}, small...), "-reference-lag", "20ms")...)
+	if !strings.Contains(ref20, "the 20ms-late oracle's median") || strings.Contains(ref20, "50ms-late") {
+		t.Errorf("-reference-lag 20ms: the summary does not compare with the 20 ms-late oracle alone:\n%s%s", ref20, stderr)
 	}
 
 	// -seeds 2-2 runs seed 2 alone: other draws, other figures, and the
