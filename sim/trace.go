@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/autoshape/autoshape/controller"
@@ -69,7 +70,9 @@ func LoadTrace(s string) (*Trace, error) {
 		defer f.Close()
 		return ParseMahimahi(s, f)
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	// A name longer than a file's may be (a schedule of many steps) names
+	// no file either.
+	if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENAMETOOLONG) {
 		return nil, fmt.Errorf("trace %q: %w", s, err)
 	}
 	t, perr := ParseSchedule(s)

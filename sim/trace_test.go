@@ -345,6 +345,23 @@ func TestLoadTrace(t *testing.T) {
 			t.Errorf("Steps() mismatch (-want +got):\n%s", diff)
 		}
 	})
+	t.Run("long schedule", func(t *testing.T) {
+		// Longer than a file name may be (255 bytes): still a schedule.
+		var steps []string
+		var want []sim.Step
+		for i := range 30 {
+			steps = append(steps, fmt.Sprintf("%dmbit@%ds", 10+i%2, 5*i))
+			want = append(want, sim.Step{At: time.Duration(5*i) * time.Second, Rate: float64(10+i%2) * 1e6})
+		}
+		s := strings.Join(steps, ",")
+		tr, err := sim.LoadTrace(s)
+		if err != nil {
+			t.Fatalf("LoadTrace(%d-byte schedule) failed: %v", len(s), err)
+		}
+		if diff := cmp.Diff(want, tr.Steps()); diff != "" {
+			t.Errorf("Steps() mismatch (-want +got):\n%s", diff)
+		}
+	})
 	errTests := []struct {
 		name, in string
 		want     []string
