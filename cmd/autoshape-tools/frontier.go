@@ -364,8 +364,9 @@ func knobs(f frontierFlags) ([]knob, error) {
 	}
 	for i := range f.oracles {
 		o := f.oracles[i]
+		ref := o.Lag == f.refLag
 		out = append(out, knob{scheme: oracleScheme(o.Lag), label: oracleLabel(o), value: o.Fraction,
-			run: sim.Scheme{Name: "oracle", Oracle: &o}, series: o.Lag == f.refLag, ref: o.Lag == f.refLag})
+			run: sim.Scheme{Name: "oracle", Oracle: &o}, series: ref, ref: ref})
 	}
 	for i := range out {
 		if out[i].budget == 0 {
@@ -929,7 +930,7 @@ func summarizeSet(set string, runs []dirRun, refLag time.Duration) setSummary {
 				within, len(runs), ratioMedian, refLag, fmtFig(ss.OracleRatio, "%.2f"), oracleWithin)},
 		{Pass: len(over) == 0,
 			Text:   fmt.Sprintf("no direction-run's ratio over %.1f: %d over", ratioWorstRun, len(over)),
-			Detail: strings.TrimSuffix(fmt.Sprintf("the %v-late oracle: %d over; ", refLag, oracleOver)+list(over), "; ")},
+			Detail: list(append([]string{fmt.Sprintf("the %v-late oracle: %d over", refLag, oracleOver)}, over...))},
 		{Pass: len(far) == 0,
 			Text:   fmt.Sprintf("classic's utilisation reached at a budget ≤ %v on every direction-run: %d not", reachBudget, len(far)),
 			Detail: list(far)},
