@@ -185,7 +185,8 @@ func (c BudgetConfig) Validate() error {
 //
 // Each cut or ease marks a ceiling (see mark): what got through when that
 // measures the link, else the knee, the rate when the delay last showed next
-// to no queue.
+// to no queue; an ease on upload under a ceiling the link has shown only
+// starts the ceiling's curve again (see ease).
 type Budget struct {
 	cfg       BudgetConfig
 	last      time.Time // previous call
@@ -254,7 +255,7 @@ func (b *Budget) Next(in Input) Proposal {
 	case t.over:
 		return b.cut(in, t.delay)
 	case t.delay > t.hold:
-		return b.ease(in, t.delay)
+		return b.ease(in, t)
 	case b.pressed(in.Obs):
 		return b.rise(in, t)
 	}
@@ -491,8 +492,8 @@ func (b *Budget) overLink(in Input, t tick) (Proposal, bool) {
 const offeredMargin = 0.03
 
 // ease handles a delay between Hold and the budget: MaxCut of what gets through, spaced like cuts.
-func (b *Budget) ease(in Input, delay time.Duration) Proposal {
-	c, o, rate := b.cfg, in.Obs, in.Rate
+func (b *Budget) ease(in Input, t tick) Proposal {
+	c, o, rate, delay := b.cfg, in.Obs, in.Rate, t.delay
 	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory+b.cutDelay {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
@@ -509,7 +510,25 @@ func (b *Budget) ease(in Input, delay time.Duration) Proposal {
 	}
 	b.lastCut = in.Now
 	b.cutDelay = delay
-	b.mark(in)
+	// On upload a ceiling is never measured: it is the knee of the
+	// policy's own rise (see mark). An ease under a ceiling the link has
+	// shown (steady) saw a little queue before the rate reached that knee,
+	// which on a link whose delay has jitter of its own is the jitter: it
+	// starts the ceiling's curve again, from the zone's edge, but leaves
+	// the ceiling where it was. Marked, it set each ceiling a little under
+	// the last, since the curve nears the ceiling from below: on the
+	// simulator's Poisson upload (3 Mbit/s delivered at random) the
+	// ceiling went from 2.25 to 2.02 Mbit/s in 8 s, the rate held under
+	// it, until a slow start past it ran on to the bound
+	// (docs/frontier.md). A capacity that really fell keeps the delay
+	// rising to the budget, and the cut there marks it. On download a
+	// ceiling is measured (what got through while the link held a queue),
+	// and every ease marks.
+	if t.steady && o.Direction == estimator.Up && rate < b.bloatRate {
+		b.bloatAt = in.Now
+	} else {
+		b.mark(in)
+	}
 	next := math.Max(ref*c.MaxCut, floor)
 	return Proposal{Rate: in.Bounds.Clamp(math.Min(next, rate)), Reason: ReasonEase}
 }

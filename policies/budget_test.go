@@ -1477,6 +1477,55 @@ func TestBudgetSteadyHold(t *testing.T) {
 	})
 }
 
+// TestBudgetUploadEaseUnderCeiling checks that on upload an ease under a
+// ceiling the link has shown starts the ceiling's curve again but leaves
+// the ceiling where it was: there a ceiling is the knee of the policy's own
+// rise, and a little queue before the rate reaches it is the link's jitter.
+// Marked, each such ease set the ceiling a little lower. The ceiling is
+// ceil (two cuts that agreed); at 800ms the rate, 36 Mbit/s, is over the
+// curve, with no delay; at 900ms an ease (8ms of delay: over the halved
+// Hold, under the budget) takes it to 95 % of 36, under the zone of ceil.
+// 100ms later, with no delay, the rise goes to the zone's edge, 90 % of
+// ceil; or, at 36 Mbit/s, it holds, the curve starting again at the ease.
+// On download, where a ceiling is measured, the ease marks a ceiling of
+// 36, and 100ms after that mark the curve stands under 95 % of it.
+func TestBudgetUploadEaseUnderCeiling(t *testing.T) {
+	tick := func(at, delta time.Duration, rate float64) budgetStep {
+		return budgetStep{at: at, rate: rate, delta: delta, achieved: rate, load: 1}
+	}
+	eases := func(rate, next float64) []budgetStep {
+		return after(ceiling, tick(800*time.Millisecond, 0, 36e6), tick(900*time.Millisecond, 8*time.Millisecond, rate),
+			tick(time.Second, 0, next))
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "upload: the ceiling stays",
+			steps: upload(eases(36e6, 0.95*36e6)),
+			want:  then(ceilingCuts, plateaued, eased, exactly(reasonProbe, 0.9*ceil)),
+		},
+		{
+			// 400ms after the second cut the curve would stand at 36.3
+			// Mbit/s; 100ms after the ease, at 35.3.
+			name:  "upload: the curve starts again",
+			steps: upload(eases(36e6, 36e6)),
+			want:  then(ceilingCuts, plateaued, eased, plateaued),
+		},
+		{
+			name:  "download: the ease marks a ceiling",
+			steps: eases(36e6, 0.95*36e6),
+			want:  then(ceilingCuts, plateaued, eased, plateaued),
+		},
+		{
+			// Over the ceiling an ease marks on upload too: the knee, 36
+			// Mbit/s at 800ms, and 100ms after that mark the curve stands
+			// under 95 % of 40.
+			name:  "upload: over the ceiling the ease marks",
+			steps: upload(eases(40e6, 0.95*40e6)),
+			want:  then(ceilingCuts, plateaued, eased, plateaued),
+		},
+	})
+}
+
 // steadyLoad returns n loaded ticks 50ms apart from from, without added
 // delay, whose achieved rates cycle through achieved; each at a rate 5 %
 // above what gets through (load 40/42). With no earlier history the policy
