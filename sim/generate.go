@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -208,10 +210,11 @@ type Profile struct {
 }
 
 // Traces returns p's two directions for seed, named
-// "gen:NAME.down#SEED" and "gen:NAME.up#SEED". The directions draw from
-// different streams: their fades and outages are independent.
+// "gen:NAME.down#SEED" and "gen:NAME.up#SEED" (which ParseGenerated, and
+// so LoadTrace, take back). The directions draw from different streams:
+// their fades and outages are independent.
 func (p Profile) Traces(seed uint64) (down, up *Trace, err error) {
-	name := func(dir string) string { return fmt.Sprintf("gen:%s.%s#%d", p.Name, dir, seed) }
+	name := func(dir string) string { return fmt.Sprintf("%s%s.%s#%d", generatedPrefix, p.Name, dir, seed) }
 	if down, err = p.Down.generate(name("down"), seed, 1); err != nil {
 		return nil, nil, err
 	}
@@ -219,6 +222,44 @@ func (p Profile) Traces(seed uint64) (down, up *Trace, err error) {
 		return nil, nil, err
 	}
 	return down, up, nil
+}
+
+// generatedPrefix starts the name of a generated trace.
+const generatedPrefix = "gen:"
+
+// ParseGenerated returns the trace that a generated trace's name names:
+// "gen:NAME.DIR#SEED", one direction (down or up) of the profile NAME of
+// Profiles drawn from SEED, the trace that frontier runs for that seed. So
+// the simulator and the lab can replay a generated trace by name.
+func ParseGenerated(s string) (*Trace, error) {
+	spec, ok := strings.CutPrefix(s, generatedPrefix)
+	name, rest, ok2 := strings.Cut(spec, ".")
+	dir, seedText, ok3 := strings.Cut(rest, "#")
+	if !ok || !ok2 || !ok3 {
+		return nil, fmt.Errorf("generated trace %q: want %sNAME.DIR#SEED, as %spoisson.up#1", s, generatedPrefix, generatedPrefix)
+	}
+	var names []string
+	for _, p := range Profiles() {
+		names = append(names, p.Name)
+		if p.Name != name {
+			continue
+		}
+		seed, err := strconv.ParseUint(seedText, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("generated trace %q: seed %q is not a whole number", s, seedText)
+		}
+		down, up, err := p.Traces(seed)
+		switch {
+		case err != nil:
+			return nil, err
+		case dir == "down":
+			return down, nil
+		case dir == "up":
+			return up, nil
+		}
+		return nil, fmt.Errorf("generated trace %q: direction %q is neither down nor up", s, dir)
+	}
+	return nil, fmt.Errorf("generated trace %q: no profile %q (profiles: %s)", s, name, strings.Join(names, ", "))
 }
 
 // Profiles returns the default generated set. Their statistics are set near

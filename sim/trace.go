@@ -61,9 +61,10 @@ type Step struct {
 	Rate float64 // bit/s
 }
 
-// LoadTrace reads a Mahimahi trace file, or parses s as a schedule when it is
-// not the name of a file and looks like one ("20mbit",
-// "40mbit@0s,10mbit@30s").
+// LoadTrace reads a Mahimahi trace file, or, when s is not the name of a
+// file, draws a generated profile's trace when s names one
+// ("gen:poisson.up#1", see ParseGenerated) or parses s as a schedule
+// ("20mbit", "40mbit@0s,10mbit@30s").
 func LoadTrace(s string) (*Trace, error) {
 	f, err := os.Open(s)
 	if err == nil {
@@ -74,6 +75,9 @@ func LoadTrace(s string) (*Trace, error) {
 	// no file either.
 	if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENAMETOOLONG) {
 		return nil, fmt.Errorf("trace %q: %w", s, err)
+	}
+	if strings.HasPrefix(s, generatedPrefix) {
+		return ParseGenerated(s)
 	}
 	t, perr := ParseSchedule(s)
 	if perr != nil {

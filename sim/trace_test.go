@@ -362,10 +362,34 @@ func TestLoadTrace(t *testing.T) {
 			t.Errorf("Steps() mismatch (-want +got):\n%s", diff)
 		}
 	})
+	t.Run("generated", func(t *testing.T) {
+		// A generated trace's name draws it again: the trace frontier
+		// runs for that profile, direction and seed.
+		for _, p := range sim.Profiles() {
+			down, up, err := p.Traces(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []*sim.Trace{down, up} {
+				got, err := sim.LoadTrace(want.Name)
+				if err != nil {
+					t.Fatalf("LoadTrace(%q) failed: %v", want.Name, err)
+				}
+				if got.Name != want.Name || got.Period() != want.Period() || got.Cum(want.Period().Milliseconds()) != want.Cum(want.Period().Milliseconds()) ||
+					got.Bytes(1234, 5000) != want.Bytes(1234, 5000) {
+					t.Errorf("LoadTrace(%q): name %q, period %v, not the trace Traces(3) draws", want.Name, got.Name, got.Period())
+				}
+			}
+		}
+	})
 	errTests := []struct {
 		name, in string
 		want     []string
 	}{
+		{name: "generated: no such profile", in: "gen:poison.up#1", want: []string{`no profile "poison"`, "poisson"}},
+		{name: "generated: no such direction", in: "gen:poisson.in#1", want: []string{`direction "in"`}},
+		{name: "generated: a bad seed", in: "gen:poisson.up#-1", want: []string{`seed "-1"`}},
+		{name: "generated: no seed", in: "gen:poisson.up", want: []string{"gen:NAME.DIR#SEED"}},
 		// Neither a file nor a schedule: the message says why it is neither.
 		{name: "garbage", in: "nonsense", want: []string{`"nonsense" is neither a trace file`, "no such file", `invalid rate "nonsense"`}},
 		{name: "missing file", in: filepath.Join(dir, "missing.trace"), want: []string{"missing.trace", "no such file", "nor a schedule"}},

@@ -79,7 +79,7 @@ func (d *duration) UnmarshalText(b []byte) error {
 func simulate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	down := fs.String("trace-down", "", "download capacity: a Mahimahi trace file or a schedule (20mbit, 40mbit@0s,10mbit@30s)")
+	down := fs.String("trace-down", "", "download capacity: a Mahimahi trace file, a schedule (20mbit, 40mbit@0s,10mbit@30s) or a generated trace (gen:poisson.down#1)")
 	up := fs.String("trace-up", "", "upload capacity, as --trace-down")
 	budget := fs.Duration("budget", estimator.DefaultBudget, "latency budget: added delay under load to keep within")
 	dur := fs.Duration("duration", 0, "simulated time (default: the trace's length; a schedule's last step + 30s)")

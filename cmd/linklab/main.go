@@ -175,8 +175,8 @@ type lineFlags struct {
 func addLineFlags(fs *flag.FlagSet, defaultScenario string) lineFlags {
 	return lineFlags{
 		name:      fs.String("scenario", defaultScenario, "dsl, step or lte"),
-		traceDown: fs.String("trace-down", "", "download capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
-		traceUp:   fs.String("trace-up", "", "upload capacity: a Mahimahi trace or a schedule (overrides the scenario's)"),
+		traceDown: fs.String("trace-down", "", "download capacity: a Mahimahi trace, a schedule or a generated trace (gen:poisson.down#1) (overrides the scenario's)"),
+		traceUp:   fs.String("trace-up", "", "upload capacity: a Mahimahi trace, a schedule or a generated trace (gen:poisson.up#1) (overrides the scenario's)"),
 		budget:    fs.Duration("budget", estimator.DefaultBudget, "latency budget"),
 	}
 }
