@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -214,14 +215,25 @@ type Profile struct {
 // so LoadTrace, take back). The directions draw from different streams:
 // their fades and outages are independent.
 func (p Profile) Traces(seed uint64) (down, up *Trace, err error) {
-	name := func(dir string) string { return fmt.Sprintf("%s%s.%s#%d", generatedPrefix, p.Name, dir, seed) }
-	if down, err = p.Down.generate(name("down"), seed, 1); err != nil {
+	if down, err = p.trace("down", seed); err != nil {
 		return nil, nil, err
 	}
-	if up, err = p.Up.generate(name("up"), seed, 2); err != nil {
+	if up, err = p.trace("up", seed); err != nil {
 		return nil, nil, err
 	}
 	return down, up, nil
+}
+
+// trace returns p's direction dir ("down" or "up") for seed.
+func (p Profile) trace(dir string, seed uint64) (*Trace, error) {
+	name := fmt.Sprintf("%s%s.%s#%d", generatedPrefix, p.Name, dir, seed)
+	switch dir {
+	case "down":
+		return p.Down.generate(name, seed, 1)
+	case "up":
+		return p.Up.generate(name, seed, 2)
+	}
+	return nil, fmt.Errorf("direction %q is neither down nor up", dir)
 }
 
 // generatedPrefix starts the name of a generated trace.
@@ -238,28 +250,24 @@ func ParseGenerated(s string) (*Trace, error) {
 	if !ok || !ok2 || !ok3 {
 		return nil, fmt.Errorf("generated trace %q: want %sNAME.DIR#SEED, as %spoisson.up#1", s, generatedPrefix, generatedPrefix)
 	}
-	var names []string
-	for _, p := range Profiles() {
-		names = append(names, p.Name)
-		if p.Name != name {
-			continue
+	profiles := Profiles()
+	i := slices.IndexFunc(profiles, func(p Profile) bool { return p.Name == name })
+	if i < 0 {
+		var names []string
+		for _, p := range profiles {
+			names = append(names, p.Name)
 		}
-		seed, err := strconv.ParseUint(seedText, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("generated trace %q: seed %q is not a whole number", s, seedText)
-		}
-		down, up, err := p.Traces(seed)
-		switch {
-		case err != nil:
-			return nil, err
-		case dir == "down":
-			return down, nil
-		case dir == "up":
-			return up, nil
-		}
-		return nil, fmt.Errorf("generated trace %q: direction %q is neither down nor up", s, dir)
+		return nil, fmt.Errorf("generated trace %q: no profile %q (profiles: %s)", s, name, strings.Join(names, ", "))
 	}
-	return nil, fmt.Errorf("generated trace %q: no profile %q (profiles: %s)", s, name, strings.Join(names, ", "))
+	seed, err := strconv.ParseUint(seedText, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("generated trace %q: seed %q is not a whole number", s, seedText)
+	}
+	t, err := profiles[i].trace(dir, seed)
+	if err != nil {
+		return nil, fmt.Errorf("generated trace %q: %w", s, err)
+	}
+	return t, nil
 }
 
 // Profiles returns the default generated set. Their statistics are set near
