@@ -59,6 +59,16 @@ type BudgetConfig struct {
 // overshot it as far as a 15ms one (docs/frontier.md).
 const stepPerBudget = 2 / 0.015
 
+// steadyMargin is the delay an upload keeps in reserve under Hold on a
+// steady link (see start): half of the default Hold. Near a ceiling the rate
+// moves along the plateau curve, whose pace is set by time (about 3 s to
+// the ceiling) and which goes at most 10 % past it, not by Step. So the
+// queue a rise there can build before the delay shows it, which the reserve
+// is for, depends on the curve and on the signal's lag, not on the budget;
+// halving Hold reserved more the larger the budget, and a large budget
+// bought little (docs/frontier.md, "A steady upload's reserve").
+const steadyMargin = estimator.DefaultBudget * 3 / 8
+
 // DefaultBudgetConfig returns the defaults derived from budget.
 func DefaultBudgetConfig(budget time.Duration) BudgetConfig {
 	return BudgetConfig{Budget: budget}.withDefaults()
@@ -170,7 +180,7 @@ func (c BudgetConfig) Validate() error {
 //     delay whose cuts or eases agreed within 10 %, within Memory, on a link
 //     that delivered a steady rate, or three that agreed on download, or a
 //     capacity drop), with Hold lowered to half since the rate sits just under
-//     it: fast only up to 90 % of it, then along CUBIC's window curve (see
+//     it (on upload, at budgets over the default, by steadyMargin): fast only up to 90 % of it, then along CUBIC's window curve (see
 //     plateau): concave up to the ceiling, a plateau there, convex past it, up
 //     to 10 % over it; a rate past that with no delay says the ceiling is no
 //     longer the link's, and it rises as on any link. Past the plateau, while
@@ -293,8 +303,15 @@ func (b *Budget) start(in Input) tick {
 	t.hold = c.Hold
 	if t.steady {
 		// A link with a ceiling of its own: the rate sits just under it, where
-		// any rise shows as delay soon, so stop earlier.
+		// any rise shows as delay soon, so stop earlier: at half of Hold, or,
+		// on upload, at Hold less steadyMargin where that is higher (budgets
+		// over the default). On download the halved Hold stays: there the
+		// rate sits at a measured ceiling, and the same reserve lowered the
+		// Poisson download's curve (docs/frontier.md).
 		t.hold = c.Hold / 2
+		if o.Direction == estimator.Up {
+			t.hold = max(t.hold, c.Hold-steadyMargin)
+		}
 	}
 	// A cut needs both verdicts: enough delayed samples in the window (fast)
 	// and the median across reflectors over the hold level (robust), or a

@@ -1526,6 +1526,53 @@ func TestBudgetUploadEaseUnderCeiling(t *testing.T) {
 	})
 }
 
+// TestBudgetSteadyReserve checks what a steady link keeps in reserve under
+// Hold: half of it at the default budget, and on upload at a larger one only
+// steadyMargin (5.625ms, half of the default Hold), since the rise near a
+// ceiling follows the plateau curve whatever the budget. At a 60ms budget
+// (Hold 45ms) the ceiling is ceil, from two cuts at 50ms of delay; at 900ms
+// the rate, 36 Mbit/s, is under it with 30ms of delay (over half of Hold,
+// under Hold less the margin, 39.375ms) or 42ms (over both).
+func TestBudgetSteadyReserve(t *testing.T) {
+	wide := policies.BudgetConfig{Budget: 60 * time.Millisecond}
+	cutAt := func(at time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 50e6, delta: 50 * time.Millisecond, bloat: true, achieved: 40e6, load: 0.8}
+	}
+	tick := func(at, delta time.Duration) budgetStep {
+		return budgetStep{at: at, rate: 36e6, delta: delta, achieved: 36e6, load: 1}
+	}
+	wideCeiling := func(delta time.Duration) []budgetStep {
+		return []budgetStep{cutAt(0), {at: 300 * time.Millisecond, rate: 38e6, achieved: 38e6, load: 1},
+			cutAt(600 * time.Millisecond), tick(800*time.Millisecond, 0), tick(900*time.Millisecond, delta)}
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			name:  "upload, 60ms: 30ms is within the reserve",
+			cfg:   wide,
+			steps: upload(wideCeiling(30 * time.Millisecond)),
+			want:  then(ceilingCuts, plateaued, plateaued),
+		},
+		{
+			name:  "upload, 60ms: 42ms eases",
+			cfg:   wide,
+			steps: upload(wideCeiling(42 * time.Millisecond)),
+			want:  then(ceilingCuts, plateaued, eased),
+		},
+		{
+			name:  "download, 60ms: 30ms eases (half of Hold)",
+			cfg:   wide,
+			steps: wideCeiling(30 * time.Millisecond),
+			want:  then(ceilingCuts, plateaued, eased),
+		},
+		{
+			// At the default budget Hold less the margin is half of Hold.
+			name:  "upload, 15ms: 6ms eases (half of Hold)",
+			steps: upload(after(ceiling, tick(800*time.Millisecond, 0), tick(900*time.Millisecond, 6*time.Millisecond))),
+			want:  then(ceilingCuts, plateaued, eased),
+		},
+	})
+}
+
 // steadyLoad returns n loaded ticks 50ms apart from from, without added
 // delay, whose achieved rates cycle through achieved; each at a rate 5 %
 // above what gets through (load 40/42). With no earlier history the policy
