@@ -276,7 +276,7 @@ func (b *Budget) Next(in Input) Proposal {
 type tick struct {
 	dt     float64       // seconds since the previous call, within [0, 1]
 	delay  time.Duration // the added delay less one packet's serialisation
-	hold   time.Duration // Hold, halved on a steady link
+	hold   time.Duration // Hold, lowered on a steady link (see start)
 	steady bool          // the link shows a ceiling of its own (see steady)
 	over   bool          // the delay is over budget: cut
 }
