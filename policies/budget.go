@@ -67,7 +67,7 @@ const stepPerBudget = 2 / 0.015
 // is for, depends on the curve and on the signal's lag, not on the budget;
 // halving Hold reserved more the larger the budget, and a large budget
 // bought little (docs/frontier.md, "A steady upload's reserve").
-const steadyMargin = estimator.DefaultBudget * 3 / 8
+const steadyMargin = estimator.DefaultBudget * 3 / 4 / 2 // the default Hold (see withDefaults), halved
 
 // DefaultBudgetConfig returns the defaults derived from budget.
 func DefaultBudgetConfig(budget time.Duration) BudgetConfig {
@@ -180,7 +180,8 @@ func (c BudgetConfig) Validate() error {
 //     delay whose cuts or eases agreed within 10 %, within Memory, on a link
 //     that delivered a steady rate, or three that agreed on download, or a
 //     capacity drop), with Hold lowered to half since the rate sits just under
-//     it (on upload, at budgets over the default, by steadyMargin): fast only up to 90 % of it, then along CUBIC's window curve (see
+//     it (on upload, at budgets over the default, by steadyMargin): fast only
+//     up to 90 % of it, then along CUBIC's window curve (see
 //     plateau): concave up to the ceiling, a plateau there, convex past it, up
 //     to 10 % over it; a rate past that with no delay says the ceiling is no
 //     longer the link's, and it rises as on any link. Past the plateau, while
