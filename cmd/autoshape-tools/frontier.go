@@ -52,6 +52,9 @@ type frontierFlags struct {
 	oracles    []sim.Oracle
 	refLag     time.Duration // the late oracle autoshape is measured against
 	jobs       int
+	// loaded says which directions carry load (by estimator.Direction);
+	// an unloaded direction runs with no trace, and has no runs.
+	loaded [2]bool
 }
 
 // frontier sweeps each scheme's knob over a set of traces and seeds and
@@ -73,6 +76,7 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	oLags := fs.String("oracle-lags", "20ms,50ms", "the oracles' lags")
 	refLag := fs.Duration("reference-lag", 50*time.Millisecond, "the lag of the late oracle the summary compares with (one of -oracle-lags)")
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "simulations run at once")
+	load := fs.String("load", "both", `the directions that carry load: "both", "down" or "up" (the other then carries none, and no traffic crosses its queue)`)
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	plotDir := fs.String("plot", "", "folder to write one figure per direction-run into (SVG; PNG with -png)")
 	png := fs.Bool("png", false, "with -plot: write PNG instead of SVG")
@@ -87,6 +91,15 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 		return cli.Usagef("-png needs -plot")
 	}
 	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs, refLag: *refLag}
+	switch *load {
+	case "both":
+		f.loaded = [2]bool{true, true}
+	case "down", "up":
+		f.loaded[estimator.Up] = *load == "up"
+		f.loaded[estimator.Down] = *load == "down"
+	default:
+		return cli.Usagef(`-load %q is not "both", "down" or "up"`, *load)
+	}
 	var err error
 	if f.firstSeed, f.seeds, err = parseSeeds(*seeds); err != nil {
 		return err
@@ -404,6 +417,7 @@ type frontierReport struct {
 	StaticFractions     []float64    `json:"static_fractions"`
 	Oracles             []string     `json:"oracles"` // lag: fraction/window/drain
 	ReferenceLagMs      float64      `json:"reference_lag_ms"`
+	Load                string       `json:"load"` // both, down or up: the directions that carry load
 	Simulations         int          `json:"simulations"`
 	Traces              []traceRow   `json:"traces"`
 	Runs                []dirRun     `json:"runs"`
@@ -527,8 +541,13 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 	err = each(len(cases)*per, f.jobs, func(i int) error {
 		c, s, k := i/per, i%per/len(ks), i%len(ks)
 		cs, kn := cases[c], ks[k]
-		cfg := sim.Config{Down: cs.traces[s][0], Up: cs.traces[s][1], Seed: uint64(f.firstSeed + s), Budget: kn.budget,
-			Duration: f.duration, Series: kn.series}
+		cfg := sim.Config{Seed: uint64(f.firstSeed + s), Budget: kn.budget, Duration: f.duration, Series: kn.series}
+		if f.loaded[estimator.Down] {
+			cfg.Down = cs.traces[s][estimator.Down]
+		}
+		if f.loaded[estimator.Up] {
+			cfg.Up = cs.traces[s][estimator.Up]
+		}
 		res, err := sim.Run(cfg, kn.run)
 		if err != nil {
 			return fmt.Errorf("%s, seed %d, %s %s: %w", cs.name, f.firstSeed+s, kn.scheme, kn.label, err)
@@ -550,7 +569,7 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 		return frontierReport{}, err
 	}
 	rep := frontierReport{FirstSeed: f.firstSeed, Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions,
-		ReferenceLagMs: ms(f.refLag)}
+		ReferenceLagMs: ms(f.refLag), Load: loadName(f.loaded)}
 	for _, b := range f.budgets {
 		rep.BudgetsMs = append(rep.BudgetsMs, ms(b))
 	}
@@ -562,6 +581,9 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 	}
 	for c, cs := range cases {
 		for d, dir := range []string{"down", "up"} {
+			if !f.loaded[d] {
+				continue
+			}
 			var stats []sim.TraceStats
 			for s := range f.seeds {
 				stats = append(stats, sim.MeasureTrace(cs.traces[s][d]))
@@ -585,6 +607,17 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 		}
 	}
 	return rep, nil
+}
+
+// loadName names the loaded directions as -load does.
+func loadName(loaded [2]bool) string {
+	switch {
+	case loaded[estimator.Down] && loaded[estimator.Up]:
+		return "both"
+	case loaded[estimator.Down]:
+		return "down"
+	}
+	return "up"
 }
 
 // each calls f(0) … f(n-1) on jobs goroutines and returns the first error.
@@ -960,7 +993,11 @@ func printFrontier(w io.Writer, rep frontierReport) error {
 	refLag := rep.referenceLag()
 	fmt.Fprintf(&b, "seeds %d-%d; autoshape budgets %v ms; classic delay thresholds %v ms (default %v); static fractions %v;\n",
 		rep.FirstSeed, rep.FirstSeed+rep.Seeds-1, rep.BudgetsMs, rep.ClassicThresholdsMs, policies.DefaultClassicConfig().DelayThreshold, rep.StaticFractions)
-	fmt.Fprintf(&b, "%d oracles (lag: fraction/window/drain). %d simulations.\n\n", len(rep.Oracles), rep.Simulations)
+	fmt.Fprintf(&b, "%d oracles (lag: fraction/window/drain). %d simulations.\n", len(rep.Oracles), rep.Simulations)
+	if rep.Load != "both" {
+		fmt.Fprintf(&b, "Load on %s only: the other direction carries none, so no traffic crosses its queue.\n", rep.Load)
+	}
+	b.WriteString("\n")
 
 	b.WriteString("Traces (generated: medians over the seeds' draws):\n\n")
 	b.WriteString("| set | trace | mean Mbit/s | CV at 1 s | 100 ms windows empty |\n|---|---|---:|---:|---:|\n")

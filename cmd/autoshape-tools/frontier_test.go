@@ -303,6 +303,7 @@ func TestFrontierUsageErrors(t *testing.T) {
 		{[]string{"-traces", empty, "-generated", "none"}, "no NAME.down"},
 		{[]string{"-traces", "", "-generated", "none"}, "no traces"},
 		{[]string{"-png"}, "-png needs -plot"},
+		{[]string{"-load", "sideways"}, `-load "sideways" is not "both", "down" or "up"`},
 		{[]string{"-nosuch"}, "-nosuch"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 	} {
@@ -391,6 +392,31 @@ func TestFrontierEndToEnd(t *testing.T) {
 	for _, r := range rep.Runs {
 		if got := len(r.Curves["autoshape"]); got != 2 {
 			t.Errorf("%s %s: %d autoshape points, want 2", r.Case, r.Dir, got)
+		}
+	}
+
+	// -load up: the upload alone, whose ACKs no longer wait in the
+	// download's queue, so its curve moves; no download runs.
+	code, upOnly, stderr := runCmd(append([]string{"frontier", "-traces", "", "-generated", "poisson", "-json", "-load", "up"}, small...)...)
+	if code != 0 {
+		t.Fatalf("-load up: exit %d, stderr:\n%s", code, stderr)
+	}
+	var rep3 struct {
+		Load string
+		Runs []struct {
+			Dir    string
+			Curves map[string][]curvePoint
+		}
+	}
+	if err := json.Unmarshal([]byte(upOnly), &rep3); err != nil {
+		t.Fatalf("-load up: %v\n%s", err, upOnly)
+	}
+	if rep3.Load != "up" || len(rep3.Runs) != 1 || rep3.Runs[0].Dir != "up" {
+		t.Fatalf("-load up: load %q, runs %+v; want one upload run", rep3.Load, rep3.Runs)
+	}
+	for _, r := range rep.Runs {
+		if r.Dir == "up" && cmp.Equal(r.Curves["autoshape"], rep3.Runs[0].Curves["autoshape"]) {
+			t.Errorf("-load up: the upload's curve is the same as with the download loaded: %+v", r.Curves["autoshape"])
 		}
 	}
 
