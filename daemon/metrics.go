@@ -57,7 +57,7 @@ const (
 func rateChangeReasons() []policies.Reason {
 	return []policies.Reason{
 		policies.ReasonHold, policies.ReasonBloat, policies.ReasonProbe,
-		policies.ReasonEase, policies.ReasonDrop, policies.ReasonDecay,
+		policies.ReasonEase, policies.ReasonDrop, policies.ReasonDropUndone, policies.ReasonDecay,
 		policies.ReasonFixed, policies.ReasonIdle, policies.ReasonStall,
 		policies.ReasonFallback, policies.ReasonBounds, policies.ReasonStart,
 		policies.ReasonShutdown, policies.ReasonYield,

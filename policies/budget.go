@@ -147,7 +147,9 @@ func (c BudgetConfig) Validate() error {
 //     that has been delivering a steady rate, a sudden fall of what gets
 //     through, with no backlog in our shaper, is a capacity drop seen a round
 //     trip before any delay: cut to MinCut of the new capacity, and again in
-//     the next tick if that measures it lower. A drop whose queue the delay
+//     the next tick if that measures it lower; a drop that tick does not
+//     show (what reaches the shaper is still over dropShare of the old rate)
+//     was one tick's count, and is undone. A drop whose queue the delay
 //     does not show within afterDrop was the senders sending less, and its
 //     ceiling is forgotten.
 //   - Standing (download only, see standing): while our shaper holds a backlog
@@ -211,8 +213,10 @@ type Budget struct {
 	dropRate  float64   // and the rate it cut to
 	// dropQueued: the delay has shown the queue the last drop left.
 	dropQueued bool
-	// justDropped: the previous call was a capacity drop.
+	// justDropped: the previous call was a capacity drop; beforeDrop is
+	// what it changed, as it stood before (see capacityDrop).
 	justDropped bool
+	beforeDrop  beforeDrop
 	achieved    float64 // achieved rate smoothed over about 200ms
 	offered     float64 // and the offered rate (0 while not measured)
 	// knee is the rate of the last loaded call with next to no queue.
@@ -617,15 +621,18 @@ func (b *Budget) unloaded(in Input, dt float64) Proposal {
 
 // capacityDrop acts on a sudden fall of what gets through on a steady
 // download link: while loaded, the link delivered a rate that varied by less
-// than 10 % over the last seconds; now less than 70 % of that gets through,
-// less than 70 % of the rate, and our shaper holds no backlog, so the link
+// than 10 % over the last seconds; now less than dropShare (70 %) of that
+// gets through, less than 70 % of the rate, and our shaper holds no backlog, so the link
 // delivers less than it did. The delay signal shows that only a round trip plus the queue
 // later, since the probe replies wait in that very queue; the counters show
 // it within a tick. The senders keep sending at the old rate for about a
 // round trip, so the cut aims at MinCut of the new capacity to drain what
 // piles up meanwhile, and the ordinary rules take over from there. On links
 // whose delivered rate varies more (cellular ones) such falls come and go
-// within a tick or two and are left to the delay signal.
+// within a tick or two and are left to the delay signal. The history of
+// loaded ticks is mostly ticks our shaper limited, whose counts vary little,
+// so a link whose own delivery is noisy tick by tick can pass as steady: a
+// drop that the next tick's clean measure does not show is undone.
 func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	o := in.Obs
 	c := b.cfg
@@ -647,6 +654,19 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	refine := b.justDropped
 	b.justDropped = false
 	capacity := math.Max(o.Achieved, o.Offered)
+	if refine && capacity >= dropShare*mean {
+		// The clean measure does not show the fall: the link still
+		// delivers what it did, and the drop was a dip in one tick's
+		// count. On a link whose delivery is a Poisson process (the
+		// packets of a cellular scheduler, the generated Poisson link), a
+		// 50 ms count at 10 Mbit/s is about 42 packets and varies by
+		// 15 %, so a tick under dropShare of the mean comes every few
+		// seconds of load; taken as a drop, each set a ceiling a third
+		// under the link and held the rate under it for seconds. Undo it.
+		rate := b.undoDrop()
+		b.achieved = capacity
+		return Proposal{Rate: in.Bounds.Clamp(rate), Reason: ReasonDropUndone}, true
+	}
 	if refine && capacity*measuredKnee < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.measured(capacity, in.Now)
 		clean := capacity < 0.97*in.Rate || o.Offered > in.Rate
@@ -674,12 +694,15 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// is the bound's, not the link's: a dip there (the senders backing off)
 	// would only set a ceiling under the bound and hold the rate at it.
 	if stretch < 1 || dev >= 0.1*mean || in.Rate <= in.Bounds.Min ||
-		o.Load >= 0.7 || o.Achieved >= 0.7*mean || o.Achieved < 0.1*mean {
+		o.Load >= dropShare || o.Achieved >= dropShare*mean || o.Achieved < 0.1*mean {
 		return Proposal{}, false
 	}
 	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory {
 		return Proposal{}, false
 	}
+	b.beforeDrop = beforeDrop{rate: in.Rate, lastCut: b.lastCut, cutDelay: b.cutDelay, dropAt: b.dropAt, dropRate: b.dropRate,
+		dropQueued: b.dropQueued, bloatRate: b.bloatRate, prevBloat: b.prevBloat, prevPrev: b.prevPrev, bloatAt: b.bloatAt,
+		ceilQueue: b.ceilQueue, ceilTime: b.ceilTime}
 	b.measured(o.Achieved, in.Now)
 	b.lastCut = in.Now
 	b.cutDelay = 0
@@ -688,6 +711,33 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	b.justDropped = true
 	b.dropRate = in.Bounds.Clamp(o.Achieved * c.MinCut)
 	return Proposal{Rate: b.dropRate, Reason: ReasonDrop}, true
+}
+
+// dropShare is the share of what a steady download link delivered under
+// which a tick's delivery counts as a capacity drop (see capacityDrop).
+const dropShare = 0.7
+
+// beforeDrop is what a capacity drop changes, as it stood before the drop,
+// and the rate then.
+type beforeDrop struct {
+	rate                           float64
+	lastCut, dropAt, bloatAt       time.Time
+	cutDelay                       time.Duration
+	dropRate                       float64
+	dropQueued                     bool
+	bloatRate, prevBloat, prevPrev float64
+	ceilQueue, ceilTime            float64
+}
+
+// undoDrop puts back what the last capacity drop changed and returns the
+// rate before it.
+func (b *Budget) undoDrop() float64 {
+	d := b.beforeDrop
+	b.lastCut, b.dropAt, b.bloatAt = d.lastCut, d.dropAt, d.bloatAt
+	b.cutDelay, b.dropRate, b.dropQueued = d.cutDelay, d.dropRate, d.dropQueued
+	b.bloatRate, b.prevBloat, b.prevPrev = d.bloatRate, d.prevBloat, d.prevPrev
+	b.ceilQueue, b.ceilTime = d.ceilQueue, d.ceilTime
+	return d.rate
 }
 
 // measured records a capacity measured directly, not inferred from a delay,

@@ -153,7 +153,8 @@ func (e expect) check(s budgetStep, p policies.Proposal) []string {
 }
 
 // checkInvariants returns how p, proposed at step s within bounds b, breaks
-// a rule every proposal keeps: a hold keeps the rate, a rise never lowers it,
+// a rule every proposal keeps: a hold keeps the rate, a rise (or an undone
+// drop) never lowers it,
 // a cut never raises it, a decay moves towards base and not past it, and a
 // rate within the bounds stays within them.
 func checkInvariants(s budgetStep, b policies.Bounds, p policies.Proposal) []string {
@@ -162,7 +163,7 @@ func checkInvariants(s budgetStep, b policies.Bounds, p policies.Proposal) []str
 	switch p.Reason {
 	case policies.ReasonHold:
 		ok = p.Rate == s.rate
-	case policies.ReasonProbe:
+	case policies.ReasonProbe, policies.ReasonDropUndone:
 		ok = p.Rate >= math.Min(s.rate, b.Max)
 	case policies.ReasonBloat, policies.ReasonEase, policies.ReasonDrop:
 		ok = p.Rate <= s.rate
@@ -1743,6 +1744,27 @@ func TestBudgetCapacityDrop(t *testing.T) {
 			steps: after(steady, fall,
 				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 10e6, load: 1}),
 			want: then(history, dropped, rose.atMost(0.85*10e6)),
+		},
+		{
+			// The clean measure in the next tick shows the link still
+			// delivering 39 Mbit/s (over 70 % of the 40 it delivered): the
+			// fall was one tick's count, and the drop is undone, back to
+			// the rate before it. The ceiling it set goes too: the next
+			// tick with no delay rises at Step's speed, not along the
+			// drop's curve (which would hold it under 85 % of 10 Mbit/s).
+			name: "a fall the next tick does not show is undone",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, offered: 39e6, load: 1},
+				budgetStep{at: 3150 * time.Millisecond, rate: 42e6, achieved: 42e6, load: 1}),
+			want: then(history, dropped, exactly(policies.ReasonDropUndone, 42e6), rose.atLeast(42e6*1.05)),
+		},
+		{
+			// Without what reached the shaper, the tick after the drop
+			// measures no more than the new rate: nothing to undo.
+			name: "no undo without what reached the shaper",
+			steps: after(steady, fall,
+				budgetStep{at: 3100 * time.Millisecond, rate: 5e6, achieved: 5e6, load: 1}),
+			want: then(history, dropped, plateaued),
 		},
 		{
 			// On upload our shaper is upstream of the bottleneck: less

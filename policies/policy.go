@@ -42,19 +42,22 @@ type Reason string
 
 // Reasons shared by the policies.
 const (
-	ReasonHold     Reason = "hold"          // no change wanted
-	ReasonBloat    Reason = "bloat"         // added delay over the threshold: cut
-	ReasonProbe    Reason = "probe_up"      // loaded and within budget: raise
-	ReasonEase     Reason = "ease"          // delay nearing the budget: a small cut
-	ReasonDrop     Reason = "capacity_drop" // much less got through than the rate
-	ReasonDecay    Reason = "decay"         // low load: drift towards base
-	ReasonFixed    Reason = "fixed"         // a constant rate
-	ReasonIdle     Reason = "idle"          // the controller found the link idle
-	ReasonStall    Reason = "stall"         // no probe answers: never raise
-	ReasonFallback Reason = "fallback"      // stalled too long: safe rate
-	ReasonBounds   Reason = "bounds"        // clamped into [min, max]
-	ReasonStart    Reason = "start"         // the first rate written
-	ReasonShutdown Reason = "shutdown"      // leaving the shaper at a safe rate
+	ReasonHold  Reason = "hold"          // no change wanted
+	ReasonBloat Reason = "bloat"         // added delay over the threshold: cut
+	ReasonProbe Reason = "probe_up"      // loaded and within budget: raise
+	ReasonEase  Reason = "ease"          // delay nearing the budget: a small cut
+	ReasonDrop  Reason = "capacity_drop" // much less got through than the rate
+	// ReasonDropUndone: the tick after a capacity drop measured the link
+	// delivering what it did before; the drop is undone.
+	ReasonDropUndone Reason = "drop_undone"
+	ReasonDecay      Reason = "decay"    // low load: drift towards base
+	ReasonFixed      Reason = "fixed"    // a constant rate
+	ReasonIdle       Reason = "idle"     // the controller found the link idle
+	ReasonStall      Reason = "stall"    // no probe answers: never raise
+	ReasonFallback   Reason = "fallback" // stalled too long: safe rate
+	ReasonBounds     Reason = "bounds"   // clamped into [min, max]
+	ReasonStart      Reason = "start"    // the first rate written
+	ReasonShutdown   Reason = "shutdown" // leaving the shaper at a safe rate
 )
 
 // A Proposal is a policy's answer: the rate it wants and why.
