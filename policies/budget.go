@@ -622,10 +622,10 @@ func (b *Budget) unloaded(in Input, dt float64) Proposal {
 // capacityDrop acts on a sudden fall of what gets through on a steady
 // download link: while loaded, the link delivered a rate that varied by less
 // than 10 % over the last seconds; now less than dropShare (70 %) of that
-// gets through, less than 70 % of the rate, and our shaper holds no backlog, so the link
-// delivers less than it did. The delay signal shows that only a round trip plus the queue
-// later, since the probe replies wait in that very queue; the counters show
-// it within a tick. The senders keep sending at the old rate for about a
+// gets through, less than dropShare of the rate, and our shaper holds no
+// backlog, so the link delivers less than it did. The delay signal shows
+// that only a round trip plus the queue later, since the probe replies wait
+// in that very queue; the counters show it within a tick. The senders keep sending at the old rate for about a
 // round trip, so the cut aims at MinCut of the new capacity to drain what
 // piles up meanwhile, and the ordinary rules take over from there. On links
 // whose delivered rate varies more (cellular ones) such falls come and go
