@@ -625,9 +625,10 @@ func (b *Budget) unloaded(in Input, dt float64) Proposal {
 // gets through, less than dropShare of the rate, and our shaper holds no
 // backlog, so the link delivers less than it did. The delay signal shows
 // that only a round trip plus the queue later, since the probe replies wait
-// in that very queue; the counters show it within a tick. The senders keep sending at the old rate for about a
-// round trip, so the cut aims at MinCut of the new capacity to drain what
-// piles up meanwhile, and the ordinary rules take over from there. On links
+// in that very queue; the counters show it within a tick. The senders keep
+// sending at the old rate for about a round trip, so the cut aims at MinCut
+// of the new capacity to drain what piles up meanwhile, and the ordinary
+// rules take over from there. On links
 // whose delivered rate varies more (cellular ones) such falls come and go
 // within a tick or two and are left to the delay signal. The history of
 // loaded ticks is mostly ticks our shaper limited, whose counts vary little,

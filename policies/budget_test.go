@@ -154,9 +154,8 @@ func (e expect) check(s budgetStep, p policies.Proposal) []string {
 
 // checkInvariants returns how p, proposed at step s within bounds b, breaks
 // a rule every proposal keeps: a hold keeps the rate, a rise (or an undone
-// drop) never lowers it,
-// a cut never raises it, a decay moves towards base and not past it, and a
-// rate within the bounds stays within them.
+// drop) never lowers it, a cut never raises it, a decay moves towards base
+// and not past it, and a rate within the bounds stays within them.
 func checkInvariants(s budgetStep, b policies.Bounds, p policies.Proposal) []string {
 	var errs []string
 	ok := true

@@ -52,8 +52,10 @@ type frontierFlags struct {
 	oracles    []sim.Oracle
 	refLag     time.Duration // the late oracle autoshape is measured against
 	jobs       int
-	// loaded says which directions carry load (by estimator.Direction);
-	// an unloaded direction runs with no trace, and has no runs.
+	// load is -load (both, down or up); loaded says which directions it
+	// loads (by estimator.Direction). An unloaded direction runs with no
+	// trace, and has no runs.
+	load   string
 	loaded [2]bool
 }
 
@@ -90,7 +92,7 @@ func frontier(args []string, stdout, stderr io.Writer) error {
 	if *png && *plotDir == "" {
 		return cli.Usagef("-png needs -plot")
 	}
-	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs, refLag: *refLag}
+	f := frontierFlags{traces: *traces, duration: *duration, jobs: *jobs, refLag: *refLag, load: *load}
 	switch *load {
 	case "both":
 		f.loaded = [2]bool{true, true}
@@ -569,7 +571,7 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 		return frontierReport{}, err
 	}
 	rep := frontierReport{FirstSeed: f.firstSeed, Seeds: f.seeds, Simulations: len(cases) * per, StaticFractions: f.fractions,
-		ReferenceLagMs: ms(f.refLag), Load: loadName(f.loaded)}
+		ReferenceLagMs: ms(f.refLag), Load: f.load}
 	for _, b := range f.budgets {
 		rep.BudgetsMs = append(rep.BudgetsMs, ms(b))
 	}
@@ -607,17 +609,6 @@ func runFrontier(f frontierFlags, cases []frontierCase) (frontierReport, error) 
 		}
 	}
 	return rep, nil
-}
-
-// loadName names the loaded directions as -load does.
-func loadName(loaded [2]bool) string {
-	switch {
-	case loaded[estimator.Down] && loaded[estimator.Up]:
-		return "both"
-	case loaded[estimator.Down]:
-		return "down"
-	}
-	return "up"
 }
 
 // each calls f(0) … f(n-1) on jobs goroutines and returns the first error.
