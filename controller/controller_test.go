@@ -467,6 +467,57 @@ func TestCountersMakeLoad(t *testing.T) {
 	}
 }
 
+// TestCountersStampedWhenRead: with Config.Now the rates are measured
+// between the times the counter readings were taken, each the midpoint of
+// its call, not the ticks' times. The ticks are 100 ms apart; the first
+// tick's calls begin 30 ms after it and take 4 ms, the second's begin 10 ms
+// after it and take 12 ms, so 50 000 bytes were counted over 84 ms: 4.76
+// Mbit/s, where the ticks' times would make it 4 (the calls' starts 5, their
+// ends 4.55).
+func TestCountersStampedWhenRead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lag      []time.Duration // each tick's lag before its readings; nil: no Now
+		call     []time.Duration // and how long each of its readings takes
+		achieved float64
+	}{
+		{"the ticks' times", nil, nil, 4e6},
+		{"the readings' times", []time.Duration{30 * time.Millisecond, 10 * time.Millisecond},
+			[]time.Duration{4 * time.Millisecond, 12 * time.Millisecond}, 50_000 * 8 / 0.084},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := twoWay()
+			var r *rig
+			tick, calls := 0, 0
+			if tc.lag != nil {
+				// Called before and after each reading.
+				cfg.Now = func() time.Time {
+					at := r.now.Add(tc.lag[tick] + time.Duration(calls%2)*tc.call[tick])
+					calls++
+					return at
+				}
+			}
+			r = newRig(t, cfg)
+			r.sample()
+			r.tick()
+			tick++
+			r.now = r.now.Add(step)
+			r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: 50_000})
+			r.shapers[estimator.Up].SetStats(controller.ShaperStats{Bytes: 50_000})
+			r.sample()
+			r.tick()
+			for _, d := range estimator.Directions {
+				if got := r.ctrl.Observation(d).Achieved; math.Abs(got-tc.achieved) > 1 {
+					t.Errorf("%v achieved = %v bit/s, want %v", d, got, tc.achieved)
+				}
+			}
+			if tc.lag != nil && calls != 8 {
+				t.Errorf("Now called %d times in two ticks of two readings, want 8", calls)
+			}
+		})
+	}
+}
+
 // goIdle drives r from a fresh start through a loaded stretch in which the
 // policies set the given rates, then through an unloaded one until the link
 // goes idle, checking that it goes idle exactly when idleAfter has passed.

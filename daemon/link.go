@@ -241,7 +241,7 @@ func (r *linkRunner) newLoop(shapers [2]controller.Shaper, saved linkState) (*li
 	r.mu.Unlock()
 
 	var pols [2]policies.Policy
-	ccfg := controller.Config{Link: r.cfg.Name, Tick: r.opts.Tick}
+	ccfg := controller.Config{Link: r.cfg.Name, Tick: r.opts.Tick, Now: r.opts.Clock.Now}
 	for _, d := range estimator.Directions {
 		ccfg.Directions[d] = r.cfg.Directions[d]
 		if pols[d], err = config.NewPolicy(r.cfg, d); err != nil {
