@@ -104,8 +104,8 @@ type Config struct {
 	// reading with the tick's time. On a busy router a reading can come
 	// milliseconds after its tick, by a varying amount, and at a 50 ms
 	// tick each millisecond of that is 2 % of the rate measured: inside
-	// the lab's User-mode Linux kernel some ticks showed up to 3.7 times
-	// the shaper's rate getting through (docs/peers.md, "Fifth set").
+	// the lab's User-mode Linux kernel some ticks showed three times the
+	// shaper's rate getting through (docs/peers.md, "Fifth set").
 	Now func() time.Time
 }
 
