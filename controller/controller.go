@@ -326,15 +326,7 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 		if c.shapers[d] == nil {
 			continue
 		}
-		read := now
-		if c.cfg.Now != nil {
-			read = c.cfg.Now()
-		}
-		st, err := c.shapers[d].Stats(ctx)
-		if c.cfg.Now != nil {
-			// The kernel took the counters somewhere within the call.
-			read = read.Add(c.cfg.Now().Sub(read) / 2)
-		}
+		st, read, err := c.readStats(ctx, d, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("failed to read %s shaper stats: %w", d, err))
 			continue
@@ -402,6 +394,19 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 		}
 	}
 	return decisions, errors.Join(errs...)
+}
+
+// readStats reads d's shaper counters and returns them with the time they
+// were taken: the midpoint of the call by Config.Now (the kernel took them
+// somewhere within it), or now without one.
+func (c *Controller) readStats(ctx context.Context, d estimator.Direction, now time.Time) (ShaperStats, time.Time, error) {
+	if c.cfg.Now == nil {
+		st, err := c.shapers[d].Stats(ctx)
+		return st, now, err
+	}
+	start := c.cfg.Now()
+	st, err := c.shapers[d].Stats(ctx)
+	return st, start.Add(c.cfg.Now().Sub(start) / 2), err
 }
 
 // updateState moves between active, idle and stall.

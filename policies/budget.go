@@ -201,22 +201,15 @@ func (c BudgetConfig) Validate() error {
 // to no queue; an ease on upload under a ceiling the link has shown only
 // starts the ceiling's curve again (see ease).
 type Budget struct {
-	cfg       BudgetConfig
-	last      time.Time // previous call
-	lastCut   time.Time
-	cutDelay  time.Duration // the delay that triggered the last cut
-	bloatRate float64       // the capacity seen at the last cut
-	prevBloat float64       // and at the one before
-	prevPrev  float64       // and before that
-	bloatAt   time.Time
-	dropAt    time.Time // the last capacity drop
-	dropRate  float64   // and the rate it cut to
-	// dropQueued: the delay has shown the queue the last drop left.
-	dropQueued bool
+	cfg  BudgetConfig
+	last time.Time // previous call
+	// ceilings is what a capacity drop changes (see capacityDrop).
+	ceilings
 	// justDropped: the previous call was a capacity drop; beforeDrop is
-	// what it changed, as it stood before (see capacityDrop).
+	// what it changed, as it stood before, and the rate then.
 	justDropped bool
-	beforeDrop  beforeDrop
+	beforeDrop  ceilings
+	rateBefore  float64
 	achieved    float64 // achieved rate smoothed over about 200ms
 	offered     float64 // and the offered rate (0 while not measured)
 	// knee is the rate of the last loaded call with next to no queue.
@@ -228,12 +221,28 @@ type Budget struct {
 	// the loaded time behind them in seconds (worn down by unloaded time).
 	loadedMean, loadedVar float64
 	loadedTime            float64
+	// clearSince: the delay has shown next to none of the ceiling's queue
+	// since.
+	clearSince time.Time
+}
+
+// ceilings is the Budget's memory of the link's ceilings: its cuts, marks
+// and capacity drops.
+type ceilings struct {
+	lastCut   time.Time
+	cutDelay  time.Duration // the delay that triggered the last cut
+	bloatRate float64       // the capacity seen at the last cut
+	prevBloat float64       // and at the one before
+	prevPrev  float64       // and before that
+	bloatAt   time.Time
+	dropAt    time.Time // the last capacity drop
+	dropRate  float64   // and the rate it cut to
+	// dropQueued: the delay has shown the queue the last drop left.
+	dropQueued bool
 	// The queue the link upstream showed while the download's rate pressed
 	// against the ceiling (see queueAtCeiling): the delay's mean over about
 	// a second, and the loaded time at the ceiling behind it in seconds.
 	ceilQueue, ceilTime float64
-	// clearSince: the delay has shown next to none of that queue since.
-	clearSince time.Time
 }
 
 var _ Policy = (*Budget)(nil)
@@ -664,9 +673,9 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 		// 15 %, so a tick under dropShare of the mean comes every few
 		// seconds of load; taken as a drop, each set a ceiling a third
 		// under the link and held the rate under it for seconds. Undo it.
-		rate := b.undoDrop()
+		b.ceilings = b.beforeDrop
 		b.achieved = capacity
-		return Proposal{Rate: in.Bounds.Clamp(rate), Reason: ReasonDropUndone}, true
+		return Proposal{Rate: in.Bounds.Clamp(b.rateBefore), Reason: ReasonDropUndone}, true
 	}
 	if refine && capacity*measuredKnee < b.bloatRate && capacity >= 0.1*b.bloatRate {
 		b.measured(capacity, in.Now)
@@ -701,9 +710,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	if !b.lastCut.IsZero() && in.Now.Sub(b.lastCut) < c.Refractory {
 		return Proposal{}, false
 	}
-	b.beforeDrop = beforeDrop{rate: in.Rate, lastCut: b.lastCut, cutDelay: b.cutDelay, dropAt: b.dropAt, dropRate: b.dropRate,
-		dropQueued: b.dropQueued, bloatRate: b.bloatRate, prevBloat: b.prevBloat, prevPrev: b.prevPrev, bloatAt: b.bloatAt,
-		ceilQueue: b.ceilQueue, ceilTime: b.ceilTime}
+	b.beforeDrop, b.rateBefore = b.ceilings, in.Rate
 	b.measured(o.Achieved, in.Now)
 	b.lastCut = in.Now
 	b.cutDelay = 0
@@ -717,29 +724,6 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 // dropShare is the share of what a steady download link delivered under
 // which a tick's delivery counts as a capacity drop (see capacityDrop).
 const dropShare = 0.7
-
-// beforeDrop is what a capacity drop changes, as it stood before the drop,
-// and the rate then.
-type beforeDrop struct {
-	rate                           float64
-	lastCut, dropAt, bloatAt       time.Time
-	cutDelay                       time.Duration
-	dropRate                       float64
-	dropQueued                     bool
-	bloatRate, prevBloat, prevPrev float64
-	ceilQueue, ceilTime            float64
-}
-
-// undoDrop puts back what the last capacity drop changed and returns the
-// rate before it.
-func (b *Budget) undoDrop() float64 {
-	d := b.beforeDrop
-	b.lastCut, b.dropAt, b.bloatAt = d.lastCut, d.dropAt, d.bloatAt
-	b.cutDelay, b.dropRate, b.dropQueued = d.cutDelay, d.dropRate, d.dropQueued
-	b.bloatRate, b.prevBloat, b.prevPrev = d.bloatRate, d.prevBloat, d.prevPrev
-	b.ceilQueue, b.ceilTime = d.ceilQueue, d.ceilTime
-	return d.rate
-}
 
 // measured records a capacity measured directly, not inferred from a delay,
 // as what gets through, with the knee under it (measuredKnee, as mark does)
