@@ -192,7 +192,8 @@ func (c BudgetConfig) Validate() error {
 //     clock: a ceiling that is gone gives way within half a second. On
 //     download the slow start may begin before the plateau, once the small
 //     queue a live ceiling keeps upstream has gone from the delay (see
-//     queueAtCeiling).
+//     queueAtCeiling). Every rise is vouched for by a delay sample that came
+//     since the previous call (see start): a call that brought none holds.
 //   - Unloaded (see unloaded): drift towards base, unless the traffic is
 //     substantial (half of Loaded or more): then hold.
 //
@@ -224,6 +225,10 @@ type Budget struct {
 	// clearSince: the delay has shown next to none of the ceiling's queue
 	// since.
 	clearSince time.Time
+	// freshAt is the last call that brought a delay sample, and sampleGap
+	// the usual time between such calls in seconds (see start).
+	freshAt   time.Time
+	sampleGap float64
 }
 
 // ceilings is the Budget's memory of the link's ceilings: its cuts, marks
@@ -280,6 +285,8 @@ func (b *Budget) Next(in Input) Proposal {
 		return b.cut(in, t.delay)
 	case t.delay > t.hold:
 		return b.ease(in, t)
+	case b.pressed(in.Obs) && !t.fresh:
+		return Proposal{Rate: in.Rate, Reason: ReasonHold}
 	case b.pressed(in.Obs):
 		return b.rise(in, t)
 	}
@@ -293,6 +300,8 @@ type tick struct {
 	hold   time.Duration // Hold, lowered on a steady link (see start)
 	steady bool          // the link shows a ceiling of its own (see steady)
 	over   bool          // the delay is over budget: cut
+	fresh  bool          // a delay sample came since the previous call
+	rise   float64       // the seconds of rise it vouches for (see start)
 }
 
 // start updates what every call tracks (time, achieved rate, knee) and returns what the rules share.
@@ -313,6 +322,25 @@ func (b *Budget) start(in Input) tick {
 		b.offered = 0 // unmeasured
 	}
 	t.delay = o.Delta - o.Serialisation
+	// A rise is vouched for by a delay sample that came since the previous
+	// call: a call with none (the answers late: a busy router, or a queue
+	// the last rises built, which the delay cannot show until they come)
+	// holds the rate, and a call with one rises for the time since the
+	// last such call, at most twice the usual time between them (or the
+	// call's own dt). So at any probe rate the rise keeps its speed while
+	// samples come as usual, and time without them is time without a rise.
+	t.rise = t.dt
+	if t.fresh = len(o.Deltas) > 0; t.fresh {
+		if !b.freshAt.IsZero() {
+			since := math.Min(math.Max(in.Now.Sub(b.freshAt).Seconds(), 0), 1)
+			if b.sampleGap == 0 {
+				b.sampleGap = since
+			}
+			t.rise = math.Min(since, math.Max(t.dt, 2*b.sampleGap))
+			b.sampleGap += (since - b.sampleGap) / 8
+		}
+		b.freshAt = in.Now
+	}
 	t.steady = b.steady(in.Now, o.Direction)
 	t.hold = c.Hold
 	if t.steady {
@@ -590,7 +618,7 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 		// the ceiling with no delay (or one a bound set there) says
 		// the ceiling is no longer the link's: its capacity came
 		// back, and the rate rises as on any link to find it.
-		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.dt)
+		next := rate + math.Min(math.Max(target-rate, 0), rate*step*headroom*t.rise)
 		if (in.Now.Sub(b.bloatAt) >= plateauAt || b.cleared(in)) && t.delay <= t.hold/2 {
 			// Past the plateau, load pressing against the rate with
 			// next to no queue is evidence that the ceiling is gone:
@@ -598,11 +626,11 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 			// not the curve's clock. On download the evidence may come
 			// sooner: the queue a live ceiling keeps upstream gone
 			// (see queueAtCeiling).
-			next = math.Max(next, math.Min(b.slowStart(rate, t.dt), rate*(1+step*headroom*t.dt)))
+			next = math.Max(next, math.Min(b.slowStart(rate, t.rise), rate*(1+step*headroom*t.rise)))
 		}
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
-	next := rate * (1 + step*headroom*t.dt)
+	next := rate * (1 + step*headroom*t.rise)
 	if edge := zone * b.bloatRate; t.steady && rate < edge {
 		// Fast up to the ceiling's zone, not past its edge in one step.
 		next = math.Min(next, edge)

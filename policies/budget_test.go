@@ -38,6 +38,7 @@ type budgetStep struct {
 	ser            time.Duration // one packet's serialisation time
 	backlog        uint64        // bytes queued in the shaper
 	up             bool          // an upload observation (download otherwise)
+	stale          bool          // no delay sample came since the previous tick
 }
 
 // runBudget feeds steps in order to one Budget policy built from cfg and
@@ -51,6 +52,11 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 	var got []policies.Proposal
 	for _, s := range steps {
 		now := budgetStart.Add(s.at)
+		var deltas []time.Duration
+		if !s.stale {
+			// One sample came since the previous tick.
+			deltas = []time.Duration{s.delta}
+		}
 		dir := estimator.Down
 		if s.up {
 			dir = estimator.Up
@@ -71,6 +77,7 @@ func runBudget(t *testing.T, cfg policies.BudgetConfig, bounds policies.Bounds, 
 				CapacityEstimate: s.capacity,
 				Backlog:          s.backlog,
 				Reflectors:       3,
+				Deltas:           deltas,
 			},
 			Rate:   s.rate,
 			Bounds: bounds,
@@ -866,6 +873,23 @@ func TestBudgetProbe(t *testing.T) {
 	probe := func(at time.Duration, rate float64) budgetStep {
 		return budgetStep{at: at, rate: rate, achieved: rate, load: 1}
 	}
+	// stale is n loaded ticks 50ms apart from at, with no new delay sample.
+	stale := func(at time.Duration, n int, rate float64) []budgetStep {
+		var steps []budgetStep
+		for i := range n {
+			s := probe(at+time.Duration(i)*50*time.Millisecond, rate)
+			s.stale = true
+			steps = append(steps, s)
+		}
+		return steps
+	}
+	repeat := func(e expect, n int) []expect {
+		var es []expect
+		for range n {
+			es = append(es, e)
+		}
+		return es
+	}
 	runBudgetCases(t, []budgetCase{
 		{
 			name:  "Step over the 50ms a first call assumes",
@@ -876,6 +900,29 @@ func TestBudgetProbe(t *testing.T) {
 			name:  "time going back raises nothing",
 			steps: []budgetStep{probe(time.Second, 40e6), probe(900*time.Millisecond, 42e6)},
 			want:  []expect{rose, plateaued},
+		},
+		{
+			// A rise is vouched for by a delay sample newer than the
+			// last: with none since the previous call (answers late, a
+			// busy router), the delay may hide the queue the last rise
+			// built. The next sample lets the rise go on.
+			name: "no new delay sample: no rise until one comes",
+			steps: []budgetStep{
+				probe(0, 40e6),
+				{at: 50 * time.Millisecond, rate: 44e6, achieved: 44e6, load: 1, stale: true},
+				{at: 100 * time.Millisecond, rate: 44e6, achieved: 44e6, load: 1, stale: true},
+				probe(150*time.Millisecond, 44e6),
+			},
+			want: []expect{rose, held, held, rose},
+		},
+		{
+			// With a sample every 500 ms (a low probe rate) each one
+			// vouches for the 500 ms since the last: the rise keeps
+			// Step's speed (2/s: twice the rate in half a second).
+			name: "a sample every 500ms: the rise keeps its speed",
+			steps: append(append([]budgetStep{probe(0, 20e6)}, stale(50*time.Millisecond, 9, 22e6)...),
+				probe(500*time.Millisecond, 20e6)),
+			want: append(append([]expect{rose}, repeat(held, 9)...), exactly(reasonProbe, 20e6*(1+2*0.5))),
 		},
 		{
 			name:  "at hold a quarter of the rise",

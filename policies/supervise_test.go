@@ -21,6 +21,7 @@ func superviseIn(at time.Duration, rate float64, delta time.Duration, achieved, 
 			Time: now, Direction: estimator.Down, Delta: delta, Threshold: defaultBudget,
 			Bloat: delta > defaultBudget, Achieved: achieved, ShaperRate: rate,
 			Load: achieved / rate, CapacityEstimate: estimate, Reflectors: 3,
+			Deltas: []time.Duration{delta},
 		},
 		Rate: rate, Bounds: superviseBounds,
 	}
