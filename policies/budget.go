@@ -181,7 +181,9 @@ func (c BudgetConfig) Validate() error {
 //     spent over the budget. Near a ceiling the link has shown (two episodes of
 //     delay whose cuts or eases agreed within 10 %, within Memory, on a link
 //     that delivered a steady rate, or three that agreed on download, or a
-//     capacity drop), with Hold lowered to half since the rate sits just under
+//     capacity drop, or on download one that agreed with what the link
+//     delivered steadily while it limited the traffic: see linkSteady),
+//     with Hold lowered to half since the rate sits just under
 //     it (on upload, at budgets over the default, by steadyMargin): fast only
 //     up to 90 % of it, then along CUBIC's window curve (see
 //     plateau): concave up to the ceiling, a plateau there, convex past it, up
@@ -229,6 +231,11 @@ type Budget struct {
 	// the usual time between such calls in seconds (see start).
 	freshAt   time.Time
 	sampleGap float64
+	// What the download's link delivered while it, not our shaper, limited
+	// the traffic (see linkLimits): mean and variance over about 500 ms,
+	// the time behind them in seconds, and the last such call.
+	linkMean, linkVar, linkTime float64
+	linkAt                      time.Time
 }
 
 // ceilings is the Budget's memory of the link's ceilings: its cuts, marks
@@ -341,6 +348,17 @@ func (b *Budget) start(in Input) tick {
 		}
 		b.freshAt = in.Now
 	}
+	if linkLimits(in) {
+		if b.linkTime == 0 || in.Now.Sub(b.linkAt) > linkForget {
+			b.linkMean, b.linkVar, b.linkTime = o.Offered, 0, 0
+		}
+		w := math.Min(t.dt/0.5, 1)
+		d := o.Offered - b.linkMean
+		b.linkMean += d * w
+		b.linkVar += (d*d - b.linkVar) * w
+		b.linkTime += t.dt
+		b.linkAt = in.Now
+	}
 	t.steady = b.steady(in.Now, o.Direction)
 	t.hold = c.Hold
 	if t.steady {
@@ -373,6 +391,19 @@ func (b *Budget) start(in Input) tick {
 	b.queueAtCeiling(in, t)
 	return t
 }
+
+// linkLimits reports whether the download's link, not our shaper, limits
+// the traffic in this call: less reached the shaper than its rate passes
+// (by more than offeredMargin). What reached it is then what the link
+// delivered: its capacity, in this tick.
+func linkLimits(in Input) bool {
+	o := in.Obs
+	return o.Direction == estimator.Down && o.Offered > 0 && o.Offered < (1-offeredMargin)*in.Rate
+}
+
+// linkForget is how long without a call where the link limits the traffic
+// before what it delivered is measured afresh.
+const linkForget = 2 * time.Second
 
 // follow returns mean, smoothed over about 200 ms, after a tick of dt
 // seconds that measured x; the first measure (mean 0) starts it.
@@ -794,7 +825,10 @@ const measuredKnee = 0.97
 // When less got through than the rate allowed, what got through is the
 // capacity, measured (download: the bottleneck upstream of our shaper
 // delivers its capacity while it holds a queue), and the ceiling is
-// measuredKnee of it. When all of it got through,
+// measuredKnee of it; on download, when the link limits the traffic in
+// this call, what it delivered (see linkLimits) if that is higher, since
+// the smoothed measure of what got through lags a ramp. When all of it got
+// through,
 // our shaper was the limit and the capacity lies below the rate: the best
 // guess is the knee, the rate when the delay last showed next to no queue.
 // Later marks in one episode (the delay not back under hold since the last
@@ -806,6 +840,12 @@ func (b *Budget) mark(in Input) {
 		return
 	}
 	capacity := b.delivered(in)
+	if linkLimits(in) {
+		// What the link delivers (see linkLimits): the smoothed measure of
+		// what got through lags a ramp (35.9 Mbit/s for 40 after a slow
+		// start past a gone ceiling, in the simulator's step).
+		capacity = math.Max(capacity, math.Min(b.linkMean, in.Rate))
+	}
 	switch {
 	case capacity < 0.97*in.Rate:
 		capacity *= measuredKnee
@@ -878,14 +918,19 @@ func (b *Budget) zone(now time.Time) float64 {
 }
 
 // steady reports whether the link shows a ceiling of its own: a capacity
-// drop was measured within Memory, or the last two episodes' ceilings,
-// within Memory, agreed (within 10 %) and what got through while loaded
-// varied little, or, on download, the last three agreed.
+// drop was measured within Memory, or, on download, the ceiling agrees with
+// what the link delivered steadily (see linkSteady), or the last two
+// episodes' ceilings, within Memory, agreed (within 10 %) and what got
+// through while loaded varied little, or, on download, the last three
+// agreed.
 func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 	if b.bloatRate <= 0 || now.Sub(b.bloatAt) >= b.cfg.Memory {
 		return false
 	}
 	if !b.dropAt.IsZero() && now.Sub(b.dropAt) < b.cfg.Memory {
+		return true
+	}
+	if d == estimator.Down && b.linkSteady(now) {
 		return true
 	}
 	if math.Abs(b.bloatRate-b.prevBloat) > 0.1*b.bloatRate {
@@ -903,6 +948,28 @@ func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 		return true
 	}
 	return d == estimator.Down && math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
+}
+
+// linkSteady reports whether the download's ceiling is one the link has
+// shown in what it delivered while it limited the traffic (see linkLimits):
+// for 100 ms or more within Memory, varying by under 5 % of it (plus
+// countingNoise), with the ceiling within 5 % of measuredKnee of it.
+//
+// What the link delivers while it limits the traffic is its capacity, tick
+// by tick. On a link with a capacity of its own (a line, or the lab's
+// step) it is the same from one tick to the next; on a cellular link it
+// moves with the radio, by tens of per cent between ticks, and on the
+// simulator's Poisson link by about 15 %. So one such measure that agrees
+// with the ceiling makes the ceiling the link's at once. Otherwise that
+// took marks that agree, each of them an ease after a rise past the
+// capacity: on step, in the simulator at a 2 ms round trip, three teeth
+// of 15-18 ms after the restore to 40 Mbit/s before the third mark, and
+// on real CAKE, after a drop the drop rule did not catch, teeth of
+// 24-28 ms at 10 Mbit/s (docs/frontier.md, "Teeth at a new ceiling").
+func (b *Budget) linkSteady(now time.Time) bool {
+	return b.linkTime >= 0.1 && now.Sub(b.linkAt) < b.cfg.Memory &&
+		math.Sqrt(b.linkVar) < 0.05*b.linkMean+countingNoise &&
+		math.Abs(b.bloatRate-measuredKnee*b.linkMean) <= 0.05*b.bloatRate
 }
 
 // countingNoise is how much a tick's achieved rate varies on a steady link

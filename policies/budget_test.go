@@ -1102,6 +1102,46 @@ func TestBudgetProbe(t *testing.T) {
 	})
 }
 
+// TestBudgetLinkCeiling checks the ceiling a download's link shows in what
+// it delivers while it, not our shaper, limits the traffic (less reaches
+// the shaper than its rate passes): the mark takes it, and a link that
+// delivered it steadily makes that ceiling the link's at once.
+func TestBudgetLinkCeiling(t *testing.T) {
+	// steps: what got through rises from 30 Mbit/s, so its 200ms mean
+	// lags (32.5, then 34.375); what reached the shaper, first 50 Mbit/s
+	// (our shaper the limit), is then the link's, at the 44 Mbit/s rate,
+	// for two ticks: offered[0] with no queue, then offered[1] with 13ms,
+	// an ease (the 200ms mean of what reached the shaper, 45 Mbit/s or
+	// more, is within 3 % of the rate, so not overLink's). 600ms later the
+	// rate is 38 Mbit/s, with no queue.
+	steps := func(offered ...float64) []budgetStep {
+		return []budgetStep{
+			{rate: 44e6, achieved: 30e6, offered: 50e6, load: 30.0 / 44},
+			{at: 50 * time.Millisecond, rate: 44e6, delta: 2 * time.Millisecond, achieved: 40e6, offered: offered[0], load: 40.0 / 44},
+			{at: 100 * time.Millisecond, rate: 44e6, delta: 13 * time.Millisecond, achieved: 40e6, offered: offered[1], load: 40.0 / 44},
+			{at: 700 * time.Millisecond, rate: 38e6, achieved: 38e6, offered: 38.5e6, load: 1},
+		}
+	}
+	runBudgetCases(t, []budgetCase{
+		{
+			// The mark is 0.97 * 40 = 38.8 Mbit/s (0.97 * 34.375 from what
+			// got through), the link delivered 40 steadily: a ceiling of
+			// its own, whose curve 600ms after the mark stands at 0.949 of
+			// it, under the rate.
+			name:  "delivered steadily: the link's ceiling at once",
+			steps: steps(40e6, 40e6),
+			want:  []expect{held, rose, eased, plateaued},
+		},
+		{
+			// 30 then 42 Mbit/s: a spread of 3.8 Mbit/s about a mean of
+			// 31.2, as on a cellular link.
+			name:  "delivered unevenly: one mark is no ceiling",
+			steps: steps(30e6, 42e6),
+			want:  []expect{held, rose, eased, rose},
+		},
+	})
+}
+
 // TestBudgetRiseHeadroom checks that a rise shrinks as the delay nears Hold,
 // down to a quarter of the rise with no delay at all.
 func TestBudgetRiseHeadroom(t *testing.T) {
