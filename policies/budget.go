@@ -220,10 +220,9 @@ type Budget struct {
 	kneeAt    time.Time
 	overSince time.Time // the delay has been over Hold since
 	overShare float64   // share of the last ~5 s over the budget
-	// What got through while loaded: mean and variance over about 2 s, and
-	// the loaded time behind them in seconds (worn down by unloaded time).
-	loadedMean, loadedVar float64
-	loadedTime            float64
+	// What got through while loaded, over about 2 s (its time worn down by
+	// unloaded time).
+	loaded spread
 	// clearSince: the delay has shown next to none of the ceiling's queue
 	// since.
 	clearSince time.Time
@@ -232,11 +231,31 @@ type Budget struct {
 	freshAt   time.Time
 	sampleGap float64
 	// What the download's link delivered while it, not our shaper, limited
-	// the traffic (see linkLimits): mean and variance over about 500 ms,
-	// the time behind them in seconds, and the last such call.
-	linkMean, linkVar, linkTime float64
-	linkAt                      time.Time
+	// the traffic (see linkLimits), over about 500 ms, and the last such
+	// call.
+	link   spread
+	linkAt time.Time
 }
+
+// spread is a measure's mean and variance, smoothed over a window, and the
+// time in seconds behind them.
+type spread struct{ mean, variance, time float64 }
+
+// add takes in x, measured over dt seconds, smoothed over window seconds;
+// the first measure (no time behind the spread) starts it.
+func (s *spread) add(x, dt, window float64) {
+	if s.time == 0 {
+		s.mean, s.variance = x, 0
+	}
+	w := math.Min(dt/window, 1)
+	d := x - s.mean
+	s.mean += d * w
+	s.variance += (d*d - s.variance) * w
+	s.time += dt
+}
+
+// dev is the spread's standard deviation.
+func (s spread) dev() float64 { return math.Sqrt(s.variance) }
 
 // ceilings is the Budget's memory of the link's ceilings: its cuts, marks
 // and capacity drops.
@@ -349,14 +368,10 @@ func (b *Budget) start(in Input) tick {
 		b.freshAt = in.Now
 	}
 	if linkLimits(in) {
-		if b.linkTime == 0 || in.Now.Sub(b.linkAt) > linkForget {
-			b.linkMean, b.linkVar, b.linkTime = o.Offered, 0, 0
+		if in.Now.Sub(b.linkAt) > linkForget {
+			b.link = spread{}
 		}
-		w := math.Min(t.dt/0.5, 1)
-		d := o.Offered - b.linkMean
-		b.linkMean += d * w
-		b.linkVar += (d*d - b.linkVar) * w
-		b.linkTime += t.dt
+		b.link.add(o.Offered, t.dt, 0.5)
 		b.linkAt = in.Now
 	}
 	t.steady = b.steady(in.Now, o.Direction)
@@ -708,7 +723,7 @@ func (b *Budget) capacityDrop(in Input, dt float64) (Proposal, bool) {
 	// What got through while loaded, averaged over about 2 s, and how much it
 	// varied: a steady link varies by a few per cent, a cellular one by half.
 	// The history must hold at least a second of loaded time.
-	mean, dev, stretch := b.loadedMean, math.Sqrt(b.loadedVar), b.loadedTime
+	mean, dev, stretch := b.loaded.mean, b.loaded.dev(), b.loaded.time
 	// The tick that saw the drop may still have carried some of the old
 	// rate, and so may the cut based on it. In the next one the bottleneck
 	// still drains the senders' queue, so what reaches our shaper is the new
@@ -802,17 +817,10 @@ func (b *Budget) measured(capacity float64, now time.Time) {
 // time builds it: a dip of a tick or two keeps it, a quiet spell ends it.
 func (b *Budget) trackDelivery(o estimator.Observation, dt float64) (loaded bool) {
 	if o.Load < 0.8 && o.Backlog < limitingBacklog {
-		b.loadedTime = math.Max(b.loadedTime-2*dt, 0)
+		b.loaded.time = math.Max(b.loaded.time-2*dt, 0)
 		return false
 	}
-	w := math.Min(dt/2, 1)
-	if b.loadedTime == 0 {
-		b.loadedMean, b.loadedVar = o.Achieved, 0
-	}
-	d := o.Achieved - b.loadedMean
-	b.loadedMean += d * w
-	b.loadedVar += (d*d - b.loadedVar) * w
-	b.loadedTime += dt
+	b.loaded.add(o.Achieved, dt, 2)
 	return true
 }
 
@@ -844,7 +852,7 @@ func (b *Budget) mark(in Input) {
 		// What the link delivers (see linkLimits): the smoothed measure of
 		// what got through lags a ramp (35.9 Mbit/s for 40 after a slow
 		// start past a gone ceiling, in the simulator's step).
-		capacity = math.Max(capacity, math.Min(b.linkMean, in.Rate))
+		capacity = math.Max(capacity, math.Min(b.link.mean, in.Rate))
 	}
 	switch {
 	case capacity < 0.97*in.Rate:
@@ -944,7 +952,7 @@ func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 	// rise, and rises from like cuts reach like knees whatever the link
 	// does (a cellular upload crawled along such a ceiling for seconds
 	// with twice the capacity free).
-	if math.Sqrt(b.loadedVar) < 0.1*b.loadedMean+countingNoise {
+	if b.loaded.dev() < 0.1*b.loaded.mean+countingNoise {
 		return true
 	}
 	return d == estimator.Down && math.Abs(b.bloatRate-b.prevPrev) <= 0.1*b.bloatRate
@@ -967,9 +975,9 @@ func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 // on real CAKE, after a drop the drop rule did not catch, teeth of
 // 24-28 ms at 10 Mbit/s (docs/frontier.md, "Teeth at a new ceiling").
 func (b *Budget) linkSteady(now time.Time) bool {
-	return b.linkTime >= 0.1 && now.Sub(b.linkAt) < b.cfg.Memory &&
-		math.Sqrt(b.linkVar) < 0.05*b.linkMean+countingNoise &&
-		math.Abs(b.bloatRate-measuredKnee*b.linkMean) <= 0.05*b.bloatRate
+	return b.link.time >= 0.1 && now.Sub(b.linkAt) < b.cfg.Memory &&
+		b.link.dev() < 0.05*b.link.mean+countingNoise &&
+		math.Abs(b.bloatRate-measuredKnee*b.link.mean) <= 0.05*b.bloatRate
 }
 
 // countingNoise is how much a tick's achieved rate varies on a steady link
