@@ -274,6 +274,12 @@ type ceilings struct {
 	// against the ceiling (see queueAtCeiling): the delay's mean over about
 	// a second, and the loaded time at the ceiling behind it in seconds.
 	ceilQueue, ceilTime float64
+	// The most that reached the download's shaper in a call while its rate
+	// pressed against the ceiling, the loaded time at the ceiling behind
+	// it in seconds, and the last call in which the link delivered more
+	// than that allows (see peakAtCeiling).
+	ceilPeak, peakTime float64
+	grewAt             time.Time
 }
 
 var _ Policy = (*Budget)(nil)
@@ -452,6 +458,7 @@ func (b *Budget) queueAtCeiling(in Input, t tick) {
 		b.clearSince = time.Time{}
 		return
 	}
+	b.peakAtCeiling(in, t)
 	if in.Rate >= ceilingBand*b.bloatRate && in.Rate <= (2-ceilingBand)*b.bloatRate && t.delay <= t.hold {
 		if b.ceilTime == 0 {
 			b.ceilQueue = float64(t.delay)
@@ -467,10 +474,44 @@ func (b *Budget) queueAtCeiling(in Input, t tick) {
 	}
 }
 
-// cleared reports whether the download's rate is at the ceiling
-// (ceilingBand of it or more) and the delay has shown next to none of the
-// queue the ceiling showed for clearFor, the traffic pressing against the
-// rate: the ceiling is gone (see queueAtCeiling).
+// peakAtCeiling keeps the most that reached the download's shaper in a
+// call while its rate pressed against the ceiling (from the zone's edge to
+// 10 % over it, as the plateau curve goes), and notes a call in which the
+// link delivered more than that allows.
+//
+// What reaches our download shaper in a call is what the link upstream
+// delivered in it, never more than its capacity over that time. So the most
+// that reached it in a call, over a second or more at the ceiling, is the
+// link's capacity with what a call's counting adds to it (bursts, timing);
+// a call in which peakGrowth times that reached it is the link delivering
+// more than it could at the ceiling: its capacity grew, and the ceiling is
+// gone (see cleared). At a short round trip the senders' windows are many
+// times the path's bandwidth-delay product and keep the link saturated
+// whatever our rate (in the simulator at 2 ms, 10 Mbit/s reached a shaper
+// set to 7.3); once the capacity returns, the queue they keep there drains
+// at the new capacity (13-16 Mbit/s in the first calls) while the delay,
+// already next to nothing at our rate, has nothing more to show. At longer
+// round trips our shaper clocks the senders and what reaches it stays near
+// its rate: no sign, and the other evidence (see queueAtCeiling) decides.
+func (b *Budget) peakAtCeiling(in Input, t tick) {
+	o := in.Obs
+	if in.Rate < b.zone(in.Now)*b.bloatRate || in.Rate > 1.1*b.bloatRate || o.Offered <= 0 {
+		return
+	}
+	if b.peakTime >= 1 && o.Offered > peakGrowth*b.ceilPeak {
+		b.grewAt = in.Now
+		return
+	}
+	b.ceilPeak = math.Max(b.ceilPeak, o.Offered)
+	b.peakTime += t.dt
+}
+
+// cleared reports whether the ceiling is gone: the link delivered more
+// than it could at the ceiling within the last clearFor (see
+// peakAtCeiling), or the download's rate is at the ceiling (ceilingBand of
+// it or more) and the delay has shown next to none of the queue the ceiling
+// showed for clearFor, the traffic pressing against the rate (see
+// queueAtCeiling).
 //
 // The clearFor may begin while the rate is still under the band, climbing
 // the plateau curve after a mark, where a live ceiling keeps less of a queue
@@ -483,8 +524,20 @@ func (b *Budget) queueAtCeiling(in Input, t tick) {
 // but the recovery went from 2.75 to 4.85 s at 40 ms and from 2.05 to
 // 2.25 s at 20 ms.
 func (b *Budget) cleared(in Input) bool {
+	if !b.grewAt.IsZero() && in.Now.Sub(b.grewAt) < clearFor {
+		return true
+	}
 	return in.Rate >= ceilingBand*b.bloatRate && !b.clearSince.IsZero() && in.Now.Sub(b.clearSince) >= clearFor
 }
+
+// peakGrowth is how much more than the most it delivered at the ceiling the
+// link must deliver in a call to show that its capacity grew: a quarter,
+// over the counting noise of a call (at a steady 10 Mbit/s on real CAKE,
+// what reached the shaper moved by 12 % from call to call, standard
+// deviation, and its most in a call over 15 s was 12 % over its median) and
+// well under what the simulator's restore to 40 Mbit/s showed (a third to
+// three fifths more).
+const peakGrowth = 1.25
 
 // ceilingBand is how close to a ceiling, as a fraction of it, the rate
 // presses against it: from 98 % of it to 2 % over. clearShare is the share
@@ -806,7 +859,7 @@ const dropShare = 0.7
 func (b *Budget) measured(capacity float64, now time.Time) {
 	ceiling := capacity * measuredKnee
 	b.prevPrev, b.prevBloat, b.bloatRate = ceiling, ceiling, ceiling
-	b.ceilQueue, b.ceilTime = 0, 0
+	b.ceilQueue, b.ceilTime, b.ceilPeak, b.peakTime = 0, 0, 0, 0
 	b.bloatAt = now
 	b.achieved = capacity
 }
@@ -866,7 +919,7 @@ func (b *Budget) mark(in Input) {
 		if math.Abs(capacity-b.bloatRate) > 0.1*capacity {
 			// Another ceiling: the queue the last one showed says
 			// nothing of it.
-			b.ceilQueue, b.ceilTime = 0, 0
+			b.ceilQueue, b.ceilTime, b.ceilPeak, b.peakTime = 0, 0, 0, 0
 		}
 		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
 	}

@@ -865,6 +865,57 @@ func TestBudgetCeilingClears(t *testing.T) {
 	})
 }
 
+// TestBudgetCeilingPeak checks the download's other sign that a ceiling is
+// gone: a call in which the link delivered a quarter more than the most it
+// delivered in a call over a second at the ceiling. The delay shows no queue
+// throughout, so the queue's sign (see TestBudgetCeilingClears) cannot fire.
+func TestBudgetCeilingPeak(t *testing.T) {
+	// ticks returns n ticks at the ceiling, loaded, 50ms apart from the
+	// i-th after 700ms, with offered reaching the shaper.
+	ticks := func(from, n int, offered float64) []budgetStep {
+		var out []budgetStep
+		for i := from; i < from+n; i++ {
+			out = append(out, budgetStep{at: 700*time.Millisecond + time.Duration(i)*50*time.Millisecond,
+				rate: ceil, achieved: ceil, offered: offered, load: 1})
+		}
+		return out
+	}
+	plateaus := func(n int) []expect {
+		var out []expect
+		for range n {
+			out = append(out, plateaued)
+		}
+		return out
+	}
+	// 1.1 s at the ceiling with the link delivering 40 Mbit/s into it.
+	saturated := ticks(0, 22, 40e6)
+	runBudgetCases(t, []budgetCase{
+		{
+			// One doubling of the slow start's first excess (2 %).
+			name:  "a third more delivered: past the ceiling before the plateau",
+			steps: after(ceiling, append(append([]budgetStep{}, saturated...), ticks(22, 1, 52e6)...)...),
+			want:  then(ceilingCuts, append(plateaus(22), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+		},
+		{
+			name:  "a fifth more: counting noise, the curve",
+			steps: after(ceiling, append(append([]budgetStep{}, saturated...), ticks(22, 1, 48e6)...)...),
+			want:  then(ceilingCuts, plateaus(23)...),
+		},
+		{
+			// Half a second is not enough to know what the link delivers
+			// at the ceiling.
+			name:  "a third more after too short a time at the ceiling: the curve",
+			steps: after(ceiling, append(ticks(0, 10, 40e6), ticks(10, 1, 52e6)...)...),
+			want:  then(ceilingCuts, plateaus(11)...),
+		},
+		{
+			name:  "nothing measured: the curve",
+			steps: after(ceiling, ticks(0, 23, 0)...),
+			want:  then(ceilingCuts, plateaus(23)...),
+		},
+	})
+}
+
 // TestBudgetProbe checks the rise when loaded and under Hold: Step (2/s) times
 // the headroom below Hold (at least a quarter) times the time since the last
 // call; near a ceiling the link has shown, the plateau curve instead. No
