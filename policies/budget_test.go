@@ -1191,7 +1191,41 @@ func TestBudgetLinkCeiling(t *testing.T) {
 			steps: steps(42e6, 30e6),
 			want:  []expect{held, rose, eased, rose},
 		},
+		{
+			// A second before, the link delivered 10 Mbit/s (as in the
+			// lab's step before the restore): a level older than the
+			// measure's window (500ms) says nothing of now.
+			name:  "a level from over 500ms before: the link's ceiling at once",
+			steps: after(link(10e6), later(time.Second, steps(40e6, 40e6))...),
+			want:  []expect{falls(policies.ReasonDecay), held, rose, eased, plateaued},
+		},
+		{
+			// A second before, the link delivered 30 then 50 Mbit/s: its
+			// level is gone, but not how much it varies.
+			name:  "a spread from over 500ms before: one mark is no ceiling",
+			steps: after(link(30e6, 50e6), later(time.Second, steps(40e6, 40e6))...),
+			want:  []expect{held, rose, held, rose, eased, rose},
+		},
 	})
+}
+
+// link returns ticks 50ms apart from 0 in which the download's link, not
+// our shaper, limits the traffic, delivering offered.
+func link(offered ...float64) []budgetStep {
+	var out []budgetStep
+	for i, o := range offered {
+		out = append(out, budgetStep{at: time.Duration(i) * 50 * time.Millisecond, rate: 55e6, achieved: o, offered: o, load: o / 55e6})
+	}
+	return out
+}
+
+// later returns steps with d added to each one's time.
+func later(d time.Duration, steps []budgetStep) []budgetStep {
+	out := append([]budgetStep(nil), steps...)
+	for i := range out {
+		out[i].at += d
+	}
+	return out
 }
 
 // TestBudgetRiseHeadroom checks that a rise shrinks as the delay nears Hold,
