@@ -430,7 +430,7 @@ func linkLimits(in Input) bool {
 // that comes over linkWindow after the last one, the measure's level starts
 // afresh from it but keeps its spread. A level older than its window says
 // nothing of the link now: in the host lab's step the last call of the low
-// phase at 10 Mbit/s, 1.6 s before the first at the restored 40, weighed in
+// phase at 10 Mbit/s, 1.5 s before the first at the restored 40, weighed in
 // that call as if it were a tick old (a level of 11.5 Mbit/s and a spread
 // of 10), so the link never showed steady through the teeth that followed.
 // How much the link varies is its own (a line, or a cellular radio) and
