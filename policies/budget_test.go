@@ -821,13 +821,6 @@ func TestBudgetCeilingClears(t *testing.T) {
 		}
 		return out
 	}
-	plateaus := func(n int) []expect {
-		var out []expect
-		for range n {
-			out = append(out, plateaued)
-		}
-		return out
-	}
 	queued := ticks(0, 22, 3*time.Millisecond) // 1.1 s at the ceiling, 3ms upstream
 	runBudgetCases(t, []budgetCase{
 		{
@@ -837,30 +830,30 @@ func TestBudgetCeilingClears(t *testing.T) {
 			// excess (2 %) over the 50ms since the last call.
 			name:  "the queue gone for clearFor: past the ceiling before the plateau",
 			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 0)...)...),
-			want:  then(ceilingCuts, append(plateaus(32), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(32, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
 		},
 		{
 			name:  "gone for less than clearFor: the curve",
 			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 9, 0)...)...),
-			want:  then(ceilingCuts, plateaus(31)...),
+			want:  then(ceilingCuts, repeat(31, plateaued)...),
 		},
 		{
 			name:  "the queue still there: the curve",
 			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 3*time.Millisecond)...)...),
-			want:  then(ceilingCuts, plateaus(33)...),
+			want:  then(ceilingCuts, repeat(33, plateaued)...),
 		},
 		{
 			// Under an eighth of the halved Hold (0.7ms): too small a
 			// queue to tell from none, so no sign either way.
 			name:  "no queue at the ceiling to lose: the curve",
 			steps: after(ceiling, ticks(0, 33, 500*time.Microsecond)...),
-			want:  then(ceilingCuts, plateaus(33)...),
+			want:  then(ceilingCuts, repeat(33, plateaued)...),
 		},
 		{
 			// Half a second at the ceiling is not enough to know its queue.
 			name:  "too short a time at the ceiling: the curve",
 			steps: after(ceiling, append(ticks(0, 10, 3*time.Millisecond), ticks(10, 11, 0)...)...),
-			want:  then(ceilingCuts, plateaus(21)...),
+			want:  then(ceilingCuts, repeat(21, plateaued)...),
 		},
 	})
 }
@@ -880,13 +873,6 @@ func TestBudgetCeilingPeak(t *testing.T) {
 		}
 		return out
 	}
-	plateaus := func(n int) []expect {
-		var out []expect
-		for range n {
-			out = append(out, plateaued)
-		}
-		return out
-	}
 	// 1.1 s at the ceiling with the link delivering 40 Mbit/s into it.
 	saturated := ticks(0, 22, 40e6)
 	runBudgetCases(t, []budgetCase{
@@ -894,24 +880,24 @@ func TestBudgetCeilingPeak(t *testing.T) {
 			// One doubling of the slow start's first excess (2 %).
 			name:  "a third more delivered: past the ceiling before the plateau",
 			steps: after(ceiling, append(append([]budgetStep{}, saturated...), ticks(22, 1, 52e6)...)...),
-			want:  then(ceilingCuts, append(plateaus(22), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(22, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
 		},
 		{
 			name:  "a fifth more: counting noise, the curve",
 			steps: after(ceiling, append(append([]budgetStep{}, saturated...), ticks(22, 1, 48e6)...)...),
-			want:  then(ceilingCuts, plateaus(23)...),
+			want:  then(ceilingCuts, repeat(23, plateaued)...),
 		},
 		{
 			// Half a second is not enough to know what the link delivers
 			// at the ceiling.
 			name:  "a third more after too short a time at the ceiling: the curve",
 			steps: after(ceiling, append(ticks(0, 10, 40e6), ticks(10, 1, 52e6)...)...),
-			want:  then(ceilingCuts, plateaus(11)...),
+			want:  then(ceilingCuts, repeat(11, plateaued)...),
 		},
 		{
 			name:  "nothing measured: the curve",
 			steps: after(ceiling, ticks(0, 23, 0)...),
-			want:  then(ceilingCuts, plateaus(23)...),
+			want:  then(ceilingCuts, repeat(23, plateaued)...),
 		},
 	})
 }
