@@ -270,16 +270,23 @@ type ceilings struct {
 	dropRate  float64   // and the rate it cut to
 	// dropQueued: the delay has shown the queue the last drop left.
 	dropQueued bool
-	// The queue the link upstream showed while the download's rate pressed
-	// against the ceiling (see queueAtCeiling): the delay's mean over about
-	// a second, and the loaded time at the ceiling behind it in seconds.
-	ceilQueue, ceilTime float64
-	// The most that reached the download's shaper in a call while its rate
-	// pressed against the ceiling, the loaded time at the ceiling behind
-	// it in seconds, and the last call in which the link delivered more
-	// than that allows (see peakAtCeiling).
-	ceilPeak, peakTime float64
-	grewAt             time.Time
+	// What the download's link showed while the rate pressed against the
+	// ceiling, forgotten with the ceiling.
+	shown shownAtCeiling
+}
+
+// shownAtCeiling is what the download's link showed while the rate pressed
+// against the ceiling.
+type shownAtCeiling struct {
+	// The queue the link upstream showed (see queueAtCeiling): the delay's
+	// mean over about a second, and the loaded time at the ceiling behind
+	// it in seconds.
+	queue, queueTime float64
+	// The most that reached the shaper in a call, the loaded time at the
+	// ceiling behind it in seconds, and the last call in which the link
+	// delivered more than that allows (see peakAtCeiling).
+	peak, peakTime float64
+	grewAt         time.Time
 }
 
 var _ Policy = (*Budget)(nil)
@@ -478,14 +485,14 @@ func (b *Budget) queueAtCeiling(in Input, t tick) {
 	}
 	b.peakAtCeiling(in, t)
 	if in.Rate >= ceilingBand*b.bloatRate && in.Rate <= (2-ceilingBand)*b.bloatRate && t.delay <= t.hold {
-		if b.ceilTime == 0 {
-			b.ceilQueue = float64(t.delay)
+		if b.shown.queueTime == 0 {
+			b.shown.queue = float64(t.delay)
 		}
-		b.ceilQueue += (float64(t.delay) - b.ceilQueue) * math.Min(t.dt, 1)
-		b.ceilTime += t.dt
+		b.shown.queue += (float64(t.delay) - b.shown.queue) * math.Min(t.dt, 1)
+		b.shown.queueTime += t.dt
 	}
 	// A queue of under an eighth of Hold is too small to tell from none.
-	if b.ceilTime < 1 || b.ceilQueue < float64(t.hold)/8 || float64(t.delay) > clearShare*b.ceilQueue {
+	if b.shown.queueTime < 1 || b.shown.queue < float64(t.hold)/8 || float64(t.delay) > clearShare*b.shown.queue {
 		b.clearSince = time.Time{}
 	} else if b.clearSince.IsZero() {
 		b.clearSince = in.Now
@@ -516,12 +523,12 @@ func (b *Budget) peakAtCeiling(in Input, t tick) {
 	if in.Rate < b.zone(in.Now)*b.bloatRate || in.Rate > 1.1*b.bloatRate || o.Offered <= 0 {
 		return
 	}
-	if b.peakTime >= 1 && o.Offered > peakGrowth*b.ceilPeak {
-		b.grewAt = in.Now
+	if b.shown.peakTime >= 1 && o.Offered > peakGrowth*b.shown.peak {
+		b.shown.grewAt = in.Now
 		return
 	}
-	b.ceilPeak = math.Max(b.ceilPeak, o.Offered)
-	b.peakTime += t.dt
+	b.shown.peak = math.Max(b.shown.peak, o.Offered)
+	b.shown.peakTime += t.dt
 }
 
 // cleared reports whether the ceiling is gone: the link delivered more
@@ -542,7 +549,7 @@ func (b *Budget) peakAtCeiling(in Input, t tick) {
 // but the recovery went from 2.75 to 4.85 s at 40 ms and from 2.05 to
 // 2.25 s at 20 ms.
 func (b *Budget) cleared(in Input) bool {
-	if !b.grewAt.IsZero() && in.Now.Sub(b.grewAt) < clearFor {
+	if !b.shown.grewAt.IsZero() && in.Now.Sub(b.shown.grewAt) < clearFor {
 		return true
 	}
 	return in.Rate >= ceilingBand*b.bloatRate && !b.clearSince.IsZero() && in.Now.Sub(b.clearSince) >= clearFor
@@ -878,7 +885,7 @@ const dropShare = 0.7
 func (b *Budget) measured(capacity float64, now time.Time) {
 	ceiling := capacity * measuredKnee
 	b.prevPrev, b.prevBloat, b.bloatRate = ceiling, ceiling, ceiling
-	b.ceilQueue, b.ceilTime, b.ceilPeak, b.peakTime, b.grewAt = 0, 0, 0, 0, time.Time{}
+	b.shown = shownAtCeiling{}
 	b.bloatAt = now
 	b.achieved = capacity
 }
@@ -938,7 +945,7 @@ func (b *Budget) mark(in Input) {
 		if math.Abs(capacity-b.bloatRate) > 0.1*capacity {
 			// Another ceiling: the queue the last one showed says
 			// nothing of it.
-			b.ceilQueue, b.ceilTime, b.ceilPeak, b.peakTime, b.grewAt = 0, 0, 0, 0, time.Time{}
+			b.shown = shownAtCeiling{}
 		}
 		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
 	}

@@ -895,8 +895,10 @@ func TestBudgetCeilingPeak(t *testing.T) {
 			want:  then(ceilingCuts, repeat(11, plateaued)...),
 		},
 		{
-			name:  "nothing measured: the curve",
-			steps: after(ceiling, ticks(0, 23, 0)...),
+			// 1.1 s with nothing measured is no second of measure: the
+			// first measure after it is no sign.
+			name:  "a third more after nothing measured: the curve",
+			steps: after(ceiling, append(ticks(0, 22, 0), ticks(22, 1, 52e6)...)...),
 			want:  then(ceilingCuts, repeat(23, plateaued)...),
 		},
 	})
