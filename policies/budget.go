@@ -682,11 +682,17 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 		return Proposal{Rate: rate, Reason: ReasonHold}
 	}
 	// Approaching the budget: a standing queue keeps growing while the
-	// rate holds above the capacity, so ease off to what gets through.
+	// rate holds above the capacity, so ease off to what gets through: on
+	// download, what the link delivers when it limits the traffic (see
+	// capacity), as the mark measures it. The smoothed measure of what got
+	// through lags the senders' ramp after a slow start past a gone
+	// ceiling: in the host lab's step, eases to 34.4-35.5 Mbit/s of 40, from
+	// which the plateau's curve took up to 4 s to bring what got through
+	// back to 90 % (docs/frontier.md, "The ease after the ramp").
 	// Less getting through than the rate allows means the capacity has
 	// just fallen (or the traffic thinned): then the last tick's achieved
 	// rate is the better guide, however low, down to MinCut of the rate.
-	ref := b.delivered(in)
+	ref := b.capacity(in)
 	floor := rate * c.MinCut
 	if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
 		ref = math.Min(ref, o.Achieved)
@@ -926,13 +932,7 @@ func (b *Budget) mark(in Input) {
 		// The bound's rate, not the link's: nothing to learn.
 		return
 	}
-	capacity := b.delivered(in)
-	if linkLimits(in) {
-		// What the link delivers (see linkLimits): the smoothed measure of
-		// what got through lags a ramp (35.9 Mbit/s for 40 after a slow
-		// start past a gone ceiling, in the simulator's step).
-		capacity = math.Max(capacity, math.Min(b.link.mean, in.Rate))
-	}
+	capacity := b.capacity(in)
 	switch {
 	case capacity < 0.97*in.Rate:
 		capacity *= measuredKnee
@@ -950,6 +950,19 @@ func (b *Budget) mark(in Input) {
 		b.prevPrev, b.prevBloat, b.bloatRate = b.prevBloat, b.bloatRate, capacity
 	}
 	b.bloatAt = in.Now
+}
+
+// capacity is what the link delivers now (see delivered), or on download,
+// when the link limits the traffic in this call, what it delivered (see
+// linkLimits) if that is higher: the smoothed measure of what got through
+// lags a ramp (35.9 Mbit/s for 40 after a slow start past a gone ceiling,
+// in the simulator's step).
+func (b *Budget) capacity(in Input) float64 {
+	capacity := b.delivered(in)
+	if linkLimits(in) {
+		capacity = math.Max(capacity, math.Min(b.link.mean, in.Rate))
+	}
+	return capacity
 }
 
 // plateauAt is how long after a ceiling was marked the gentle rise reaches
