@@ -693,6 +693,13 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	// just fallen (or the traffic thinned): then the last tick's achieved
 	// rate is the better guide, however low, down to MinCut of the rate.
 	ref := b.capacity(in)
+	if linkLimits(in) {
+		// Never more than the link delivered in this call: the measure's
+		// level may hold a burst from the first calls of the queue (41.6
+		// Mbit/s in a host-lab run at 40, where an ease to MaxCut of it,
+		// 99 % of the capacity, left the queue to grow to the budget).
+		ref = math.Max(b.delivered(in), math.Min(ref, o.Offered))
+	}
 	floor := rate * c.MinCut
 	if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
 		ref = math.Min(ref, o.Achieved)

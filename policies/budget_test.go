@@ -1174,6 +1174,15 @@ func TestBudgetLinkCeiling(t *testing.T) {
 			want:  []expect{held, rose, exactly(policies.ReasonEase, 0.95*40e6), plateaued},
 		},
 		{
+			// 42 then 38 Mbit/s: a level of 41.6 (the mark 0.97 of it) with
+			// a spread of 1.3, steady, but the ease goes to MaxCut of what
+			// the link delivered in its own call, 38: the level may hold a
+			// burst. 600ms later the curve stands at 38.3, over the rate.
+			name:  "a level over the call's delivery: the ease from the call",
+			steps: steps(42e6, 38e6),
+			want:  []expect{held, rose, exactly(policies.ReasonEase, 0.95*38e6), rose},
+		},
+		{
 			// 42 then 30 Mbit/s: a mean of 40.8, which the mark (0.97 of
 			// it) agrees with, but a spread of 3.8 Mbit/s, as on a
 			// cellular link.
