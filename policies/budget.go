@@ -687,19 +687,16 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	// capacity), as the mark measures it. The smoothed measure of what got
 	// through lags the senders' ramp after a slow start past a gone
 	// ceiling: in the host lab's step, eases to 34.4-35.5 Mbit/s of 40, from
-	// which the plateau's curve took up to 4 s to bring what got through
-	// back to 90 % (docs/frontier.md, "The ease after the ramp").
+	// which the plateau's curve took up to 3.3 s to bring what got through
+	// back to 90 % (docs/frontier.md, "The ease after the ramp"). Never
+	// more than the link delivered in this call, though: the measure's
+	// level may hold a burst from the first calls of the queue (41.6 Mbit/s
+	// in a host-lab run at 40, where an ease to MaxCut of it, 99 % of the
+	// capacity, left the queue to grow to the budget).
 	// Less getting through than the rate allows means the capacity has
 	// just fallen (or the traffic thinned): then the last tick's achieved
 	// rate is the better guide, however low, down to MinCut of the rate.
-	ref := b.capacity(in)
-	if linkLimits(in) {
-		// Never more than the link delivered in this call: the measure's
-		// level may hold a burst from the first calls of the queue (41.6
-		// Mbit/s in a host-lab run at 40, where an ease to MaxCut of it,
-		// 99 % of the capacity, left the queue to grow to the budget).
-		ref = math.Max(b.delivered(in), math.Min(ref, o.Offered))
-	}
+	ref := b.capacity(in, o.Offered)
 	floor := rate * c.MinCut
 	if o.Load < c.Loaded && o.Achieved >= 0.2*rate {
 		ref = math.Min(ref, o.Achieved)
@@ -939,7 +936,7 @@ func (b *Budget) mark(in Input) {
 		// The bound's rate, not the link's: nothing to learn.
 		return
 	}
-	capacity := b.capacity(in)
+	capacity := b.capacity(in, in.Rate)
 	switch {
 	case capacity < 0.97*in.Rate:
 		capacity *= measuredKnee
@@ -961,13 +958,13 @@ func (b *Budget) mark(in Input) {
 
 // capacity is what the link delivers now (see delivered), or on download,
 // when the link limits the traffic in this call, what it delivered (see
-// linkLimits) if that is higher: the smoothed measure of what got through
-// lags a ramp (35.9 Mbit/s for 40 after a slow start past a gone ceiling,
-// in the simulator's step).
-func (b *Budget) capacity(in Input) float64 {
+// linkLimits), at most most, if that is higher: the smoothed measure of
+// what got through lags a ramp (35.9 Mbit/s for 40 after a slow start past
+// a gone ceiling, in the simulator's step).
+func (b *Budget) capacity(in Input, most float64) float64 {
 	capacity := b.delivered(in)
 	if linkLimits(in) {
-		capacity = math.Max(capacity, math.Min(b.link.mean, in.Rate))
+		capacity = math.Max(capacity, math.Min(b.link.mean, most))
 	}
 	return capacity
 }
