@@ -822,6 +822,19 @@ func TestBudgetCeilingClears(t *testing.T) {
 		return out
 	}
 	queued := ticks(0, 22, 3*time.Millisecond) // 1.1 s at the ceiling, 3ms upstream
+	// serialised returns n ticks from the i-th whose delay has 1.3ms of
+	// serialisation taken off: up to the 40th, every other one shows a
+	// queue (3.3ms, 2ms less the serialisation), the others none.
+	serialised := func(from, n int) []budgetStep {
+		out := ticks(from, n, 0)
+		for k := range out {
+			out[k].ser = 1300 * time.Microsecond
+			if i := from + k; i <= 40 && i%2 == 0 {
+				out[k].delta = 3300 * time.Microsecond
+			}
+		}
+		return out
+	}
 	runBudgetCases(t, []budgetCase{
 		{
 			// 1.85 s after the mark the curve still stands under the
@@ -831,6 +844,26 @@ func TestBudgetCeilingClears(t *testing.T) {
 			name:  "the queue gone for clearFor: past the ceiling before the plateau",
 			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 0)...)...),
 			want:  then(ceilingCuts, append(repeat(32, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+		},
+		{
+			// The mean of the queue the ceiling showed is not learnt
+			// from the spell that shows none: learnt, it fell from 1ms
+			// under an eighth of the halved Hold (0.7ms) within seven
+			// ticks, and the sign was lost before clearFor.
+			name:  "a small queue gone for clearFor: past the ceiling",
+			steps: after(ceiling, append(ticks(0, 22, time.Millisecond), ticks(22, 11, 0)...)...),
+			want:  then(ceilingCuts, append(repeat(32, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+		},
+		{
+			// One packet's serialisation, taken off the delay, puts a
+			// reading with no queue under nothing (-1.3ms in the host
+			// lab at 9 Mbit/s). Such readings are no queue, not less
+			// than none: averaged as they were, they hid a queue of 2ms
+			// in every other reading (a mean of 0.35ms, under an eighth
+			// of the halved Hold, after 2 s).
+			name:  "a queue between readings under nothing, gone: past the ceiling",
+			steps: after(ceiling, serialised(0, 52)...),
+			want:  then(ceilingCuts, append(repeat(51, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
 		},
 		{
 			name:  "gone for less than clearFor: the curve",
