@@ -484,8 +484,9 @@ func follow(mean, x, dt float64) float64 {
 // The queue's mean is not learnt from a spell that shows none of it until
 // the spell ends: learnt as it came, the absence the sign looks for wore
 // the mean down under its floor before clearFor (in the host lab, from
-// 1.1ms to under 0.7ms in the first 0.2 s after the restore, and the slow
-// start waited for the plateau's clock instead, 2.1 s after the restore).
+// 1.1ms to under 0.7ms in the first 0.2 s at the ceiling after the
+// restore, and the slow start waited for the plateau's clock instead,
+// 2.1 s after the restore).
 // A spell that ends is noise at a ceiling still there, and is learnt then.
 // A reading under nothing (one packet's serialisation taken off a delay
 // that showed no queue: -1.3ms at 9 Mbit/s) counts as nothing.
