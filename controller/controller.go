@@ -244,6 +244,9 @@ type Controller struct {
 	// after it: an idle spell does not end a stall, answers do.
 	stallFrom time.Time
 	lastObs   [2]estimator.Observation
+	// counted is the counters' reading the estimator last took, per
+	// direction (see shaperStalled).
+	counted [2]counted
 	// lastTick is the time of the previous Tick; idleSteps is how many
 	// Ticks' worth of idle drift the current one covers.
 	lastTick  time.Time
@@ -331,20 +334,24 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 			errs = append(errs, fmt.Errorf("failed to read %s shaper stats: %w", d, err))
 			continue
 		}
-		// What the rate counts: with the line's framing when the shaper
-		// knows it (ATM cells cost a small packet three times its size).
-		wire := st.WireBytes
-		if wire == 0 {
-			wire = st.Bytes
+		if !c.shaperStalled(d, st, read) {
+			// What the rate counts: with the line's framing when the
+			// shaper knows it (ATM cells cost a small packet three
+			// times its size).
+			wire := st.WireBytes
+			if wire == 0 {
+				wire = st.Bytes
+			}
+			c.est.AddCounter(d, read, wire)
+			// What reached the shaper: what it sent, dropped (at its
+			// mean packet size) and holds.
+			offered := st.Bytes + st.Backlog
+			if st.Packets > 0 {
+				offered += st.Drops * (st.Bytes / st.Packets)
+			}
+			c.est.AddOffered(d, read, st.Bytes, offered)
+			c.counted[d] = counted{bytes: st.Bytes, backlog: st.Backlog, at: read, set: true}
 		}
-		c.est.AddCounter(d, read, wire)
-		// What reached the shaper: what it sent, dropped (at its mean
-		// packet size) and holds.
-		offered := st.Bytes + st.Backlog
-		if st.Packets > 0 {
-			offered += st.Drops * (st.Bytes / st.Packets)
-		}
-		c.est.AddOffered(d, read, st.Bytes, offered)
 		// CAKE's estimate means something only while autorate-ingress
 		// feeds it; otherwise it is a rate from the past.
 		estimate := 0.0
@@ -394,6 +401,36 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 		}
 	}
 	return decisions, errors.Join(errs...)
+}
+
+// A counted is the reading of a direction's shaper counters that the
+// estimator last took.
+type counted struct {
+	bytes, backlog uint64
+	at             time.Time
+	set            bool
+}
+
+// stalledPackets is how many full-size packets the shaper's rate must have
+// allowed over an interval before nothing sent in it, with a backlog held
+// at its start, says the shaper did not run.
+const stalledPackets = 2
+
+// shaperStalled reports whether reading st of d's shaper counters, taken at read,
+// shows a shaper that did not run since the last reading taken: it held a
+// backlog then, sent nothing since, and its rate would have sent
+// stalledPackets full-size packets meanwhile. The kernel did not run the
+// shaper (the guest kernel of the real-CAKE lab stalled so in about 2 % of
+// its 50 ms ticks, with up to 126 kB held), or its counters were not
+// updated: either way it is no measure of the link, whose delivery the
+// rates stand for. Its counters are not taken, so the next reading
+// measures over both intervals and the rates keep their last values. A
+// shaper that held nothing and sent nothing may be a link that delivered
+// nothing (a cellular fade): that is measured.
+func (c *Controller) shaperStalled(d estimator.Direction, st ShaperStats, read time.Time) bool {
+	last := c.counted[d]
+	return last.set && last.backlog > 0 && st.Bytes == last.bytes &&
+		c.rates[d]*read.Sub(last.at).Seconds() >= stalledPackets*1500*8
 }
 
 // readStats reads d's shaper counters and returns them with the time they

@@ -518,6 +518,44 @@ func TestCountersStampedWhenRead(t *testing.T) {
 	}
 }
 
+// TestStalledShaperReading: a reading in which the shaper sent nothing
+// though it held a backlog at the last one, at a rate (10 Mbit/s) that
+// would have sent 83 full-size packets meanwhile, is no measure: the
+// achieved rate keeps its last value, and the next reading measures over
+// both intervals. Without a backlog, nothing sent is measured: the link
+// delivered nothing.
+func TestStalledShaperReading(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		backlog        uint64
+		stalled, after float64 // achieved after the reading with nothing sent, and after the next
+	}{
+		{"a backlog held: not measured", 20_000, 4e6, 4e6},
+		{"nothing held: measured", 0, 0, 8e6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, twoWay())
+			read := func(bytes uint64) float64 {
+				r.shapers[estimator.Down].SetStats(controller.ShaperStats{Bytes: bytes, Backlog: tc.backlog})
+				r.sample()
+				r.tick()
+				r.now = r.now.Add(step)
+				return r.ctrl.Observation(estimator.Down).Achieved
+			}
+			read(0)
+			if got := read(50_000); math.Abs(got-4e6) > 1 {
+				t.Fatalf("achieved = %v bit/s over the first 100 ms, want 4e6", got)
+			}
+			if got := read(50_000); math.Abs(got-tc.stalled) > 1 {
+				t.Errorf("achieved = %v bit/s after nothing was sent, want %v", got, tc.stalled)
+			}
+			if got := read(150_000); math.Abs(got-tc.after) > 1 {
+				t.Errorf("achieved = %v bit/s after the next reading, want %v", got, tc.after)
+			}
+		})
+	}
+}
+
 // goIdle drives r from a fresh start through a loaded stretch in which the
 // policies set the given rates, then through an unloaded one until the link
 // goes idle, checking that it goes idle exactly when idleAfter has passed.
