@@ -350,7 +350,7 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 				offered += st.Drops * (st.Bytes / st.Packets)
 			}
 			c.est.AddOffered(d, read, st.Bytes, offered)
-			c.counted[d] = counted{bytes: st.Bytes, backlog: st.Backlog, at: read, set: true}
+			c.counted[d] = counted{bytes: st.Bytes, backlog: st.Backlog, at: read}
 		}
 		// CAKE's estimate means something only while autorate-ingress
 		// feeds it; otherwise it is a rate from the past.
@@ -407,8 +407,7 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) ([]Decision, error
 // estimator last took.
 type counted struct {
 	bytes, backlog uint64
-	at             time.Time
-	set            bool
+	at             time.Time // zero before the first
 }
 
 // stalledPackets is how many full-size packets the shaper's rate must have
@@ -416,8 +415,8 @@ type counted struct {
 // at its start, says the shaper did not run.
 const stalledPackets = 2
 
-// shaperStalled reports whether reading st of d's shaper counters, taken at read,
-// shows a shaper that did not run since the last reading taken: it held a
+// shaperStalled reports whether reading st of d's shaper counters, taken
+// at read, shows a shaper that did not run since the last reading taken: it held a
 // backlog then, sent nothing since, and its rate would have sent
 // stalledPackets full-size packets meanwhile. The kernel did not run the
 // shaper (the guest kernel of the real-CAKE lab stalled so in about 2 % of
@@ -429,8 +428,8 @@ const stalledPackets = 2
 // nothing (a cellular fade): that is measured.
 func (c *Controller) shaperStalled(d estimator.Direction, st ShaperStats, read time.Time) bool {
 	last := c.counted[d]
-	return last.set && last.backlog > 0 && st.Bytes == last.bytes &&
-		c.rates[d]*read.Sub(last.at).Seconds() >= stalledPackets*1500*8
+	return !last.at.IsZero() && last.backlog > 0 && st.Bytes == last.bytes &&
+		c.rates[d]*read.Sub(last.at).Seconds() >= stalledPackets*estimator.DefaultMTU*8
 }
 
 // readStats reads d's shaper counters and returns them with the time they
