@@ -338,7 +338,7 @@ func (b *Budget) Next(in Input) Proposal {
 // A tick is what the rules of one call share.
 type tick struct {
 	dt     float64       // seconds since the previous call, within [0, 1]
-	delay  time.Duration // the added delay less one packet's serialisation
+	delay  time.Duration // the added delay less one packet's serialisation, never under 0
 	hold   time.Duration // Hold, lowered on a steady link (see start)
 	steady bool          // the link shows a ceiling of its own (see steady)
 	over   bool          // the delay is over budget: cut
@@ -363,7 +363,14 @@ func (b *Budget) start(in Input) tick {
 	} else {
 		b.offered = 0 // unmeasured
 	}
-	t.delay = o.Delta - o.Serialisation
+	// The packet's time is the floor of the delay: a probe waits for at
+	// most one packet ahead of it at an empty queue, often less, so a
+	// reading under it says there is no queue, as one at it does. Counted
+	// under nothing it set the rise's headroom over one: at 0.3 Mbit/s a
+	// packet takes 40 ms, readings fell to -26 ms (a headroom of 3.3), and
+	// a slow upload rose back into the next tooth twice as fast as the
+	// budget sets (docs/frontier.md, "A reading under nothing").
+	t.delay = max(o.Delta-o.Serialisation, 0)
 	// A rise is vouched for by a delay sample that came since the previous
 	// call: a call with none (the answers late: a busy router, or a queue
 	// the last rises built, which the delay cannot show until they come)
@@ -489,7 +496,7 @@ func follow(mean, x, dt float64) float64 {
 // 2.1 s after the restore).
 // A spell that ends is noise at a ceiling still there, and is learnt then.
 // A reading under nothing (one packet's serialisation taken off a delay
-// that showed no queue: -1.3ms at 9 Mbit/s) counts as nothing.
+// that showed no queue: -1.3ms at 9 Mbit/s) counts as nothing (see start).
 func (b *Budget) queueAtCeiling(in Input, t tick) {
 	o := in.Obs
 	if o.Direction != estimator.Down || !b.pressed(o) || b.bloatRate <= 0 {
@@ -498,7 +505,7 @@ func (b *Budget) queueAtCeiling(in Input, t tick) {
 	}
 	b.peakAtCeiling(in, t)
 	s := &b.shown
-	delay := math.Max(float64(t.delay), 0)
+	delay := float64(t.delay)
 	// A queue of under an eighth of Hold is too small to tell from none.
 	clear := s.queueTime >= 1 && s.queue >= float64(t.hold)/8 && delay <= clearShare*s.queue
 	if !clear {

@@ -1326,6 +1326,14 @@ func TestBudgetSerialisation(t *testing.T) {
 			want: []expect{exactly(reasonProbe, 2e6*(1+2*(1-3/11.25)*0.05))},
 		},
 		{
+			// The probe waited for less than a whole packet ahead of it: a
+			// reading under nothing counts as nothing, not as headroom
+			// over Hold's (it once rose 1 + 8/11.25 times as fast).
+			name:  "4ms on a slow link is under the packet's 12ms: probe as with no delay",
+			steps: []budgetStep{{rate: 2e6, delta: 4 * time.Millisecond, achieved: 2e6, load: 1, ser: slow}},
+			want:  []expect{exactly(reasonProbe, 2e6*(1+2*0.05))},
+		},
+		{
 			name:  "15ms with the bloat verdict on a slow link: probe",
 			steps: []budgetStep{{rate: 2e6, delta: 15 * time.Millisecond, bloat: true, achieved: 2e6, load: 1, ser: slow}},
 			want:  []expect{rose},
