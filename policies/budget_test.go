@@ -1207,6 +1207,18 @@ func TestBudgetLinkCeiling(t *testing.T) {
 			want:  []expect{held, rose, exactly(policies.ReasonEase, 0.95*40e6), plateaued},
 		},
 		{
+			// The same, the ease's call 1µs early: two calls of a 50ms
+			// tick span 100ms only to within the timer's jitter, and two
+			// calls are a spread.
+			name: "delivered steadily in two calls under 100ms: the link's ceiling at once",
+			steps: func() []budgetStep {
+				s := steps(40e6, 40e6)
+				s[2].at -= time.Microsecond
+				return s
+			}(),
+			want: []expect{held, rose, exactly(policies.ReasonEase, 0.95*40e6), plateaued},
+		},
+		{
 			// 42 then 38 Mbit/s: a level of 41.6 (the mark 0.97 of it) with
 			// a spread of 1.3, steady, but the ease goes to MaxCut of what
 			// the link delivered in its own call, 38: the level may hold a
@@ -1232,21 +1244,50 @@ func TestBudgetLinkCeiling(t *testing.T) {
 			want:  []expect{falls(policies.ReasonDecay), held, rose, eased, plateaued},
 		},
 		{
-			// A second before, the link delivered 30 then 50 Mbit/s: its
-			// level is gone, but not how much it varies.
+			// A second before, the link delivered 50 then 30 Mbit/s (the
+			// other way round, the 50 would start the measure afresh:
+			// see below): its level is gone, but not how much it varies.
 			name:  "a spread from over 500ms before: one mark is no ceiling",
-			steps: after(link(30e6, 50e6), later(time.Second, steps(40e6, 40e6))...),
-			want:  []expect{held, rose, held, rose, eased, rose},
+			steps: after(link(50e6, 30e6), later(time.Second, steps(40e6, 40e6))...),
+			want:  []expect{rose, held, held, rose, eased, rose},
+		},
+		{
+			// 350ms before the link delivered 40 Mbit/s, it delivered 30,
+			// its queue showing: a level the 40 is more than 5 % over
+			// (plus the counting noise) was not the link's capacity now,
+			// and the measure starts afresh from the 40. Kept, the 30
+			// would make a level of 31.9 with a spread of 4.1 at the ease.
+			name:  "a call over the level starts it afresh: the link's ceiling at once",
+			steps: after(link(30e6), later(300*time.Millisecond, steps(40e6, 40e6))...),
+			want:  []expect{held, held, rose, exactly(policies.ReasonEase, 0.95*40e6), plateaued},
+		},
+		{
+			// Between the link's two calls at 40 Mbit/s, one in which 25
+			// reached the shaper with no queue at all: the senders left a
+			// gap, not the link. Taken in, it would make a level of 38.7
+			// with a spread of 4.5 Mbit/s at the ease, and the mark no
+			// ceiling.
+			name: "a call under the rate with no queue is not the link's",
+			steps: []budgetStep{
+				{rate: 44e6, achieved: 30e6, offered: 50e6, load: 30.0 / 44},
+				{at: 50 * time.Millisecond, rate: 44e6, delta: 2 * time.Millisecond, achieved: 40e6, offered: 40e6, load: 40.0 / 44},
+				{at: 100 * time.Millisecond, rate: 44e6, achieved: 35e6, offered: 25e6, load: 35.0 / 44},
+				{at: 350 * time.Millisecond, rate: 44e6, delta: 2 * time.Millisecond, achieved: 40e6, offered: 50e6, load: 40.0 / 44},
+				{at: 400 * time.Millisecond, rate: 44e6, delta: 13 * time.Millisecond, achieved: 40e6, offered: 40e6, load: 40.0 / 44},
+				{at: time.Second, rate: 38e6, achieved: 38e6, offered: 38.5e6, load: 1},
+			},
+			want: []expect{held, rose, held, rose, exactly(policies.ReasonEase, 0.95*40e6), plateaued},
 		},
 	})
 }
 
 // link returns ticks 50ms apart from 0 in which the download's link, not
-// our shaper, limits the traffic, delivering offered.
+// our shaper, limits the traffic, delivering offered, its queue showing in
+// the delay (2ms).
 func link(offered ...float64) []budgetStep {
 	var out []budgetStep
 	for i, o := range offered {
-		out = append(out, budgetStep{at: time.Duration(i) * 50 * time.Millisecond, rate: 55e6, achieved: o, offered: o, load: o / 55e6})
+		out = append(out, budgetStep{at: time.Duration(i) * 50 * time.Millisecond, rate: 55e6, delta: 2 * time.Millisecond, achieved: o, offered: o, load: o / 55e6})
 	}
 	return out
 }
