@@ -29,6 +29,7 @@ func TestSocketRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
+	awaitKernelStamps(t, sock, peer, local)
 	for _, p := range []string{"one", "two", "three"} {
 		if _, err := peer.WriteTo([]byte(p), net.UDPAddrFromAddrPort(local)); err != nil {
 			t.Fatal(err)
@@ -69,4 +70,34 @@ func TestSocketRead(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("read of an empty socket: %q", got)
 	}
+}
+
+// awaitKernelStamps waits until the kernel stamps the packets that sock
+// receives on arrival. Linux turns receive stamping on for the whole
+// system when the first socket asks for it, but in a work item that runs
+// later (net_enable_timestamp defers the static key's switch): a packet
+// that arrives before then is stamped when it is read. On a busy machine,
+// with no other socket holding stamps on, the test's first packets came
+// in that gap ("0s before the read"). A warm-up packet read 20 ms after
+// it was sent shows which side of it we are on.
+func awaitKernelStamps(t *testing.T, sock *probeSocket, peer net.PacketConn, local netip.AddrPort) {
+	t.Helper()
+	buf := make([]byte, 512)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if _, err := peer.WriteTo([]byte("warm-up"), net.UDPAddrFromAddrPort(local)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		now, stamped := time.Now(), false
+		err := sock.read(buf, now, func() bool { return true }, func(_ []byte, _ netip.Addr, arrival time.Time) {
+			stamped = stamped || arrival.Before(now.Add(-10*time.Millisecond))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stamped {
+			return
+		}
+	}
+	t.Fatal("the kernel did not stamp a received packet within 5s")
 }
