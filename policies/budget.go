@@ -617,7 +617,10 @@ func (b *Budget) peakAtCeiling(in Input, t tick) {
 // simulator (seeds 1-6, 2026-12-04): the share of the low phase over the
 // budget fell from 3.5 to 0.7 % at a 20 ms round trip (p95 10.1 → 8.7 ms),
 // but the recovery went from 2.75 to 4.85 s at 40 ms and from 2.05 to
-// 2.25 s at 20 ms.
+// 2.25 s at 20 ms. Counting it, or its last lag, only at the rates at
+// which the ceiling showed its queue (2026-12-05) cut the host lab's teeth
+// at the restored 40 Mbit/s ceiling but cost real CAKE's recovery 0.8 s
+// (docs/frontier.md, "The ceiling's queue where it shows").
 func (b *Budget) cleared(in Input) bool {
 	if !b.shown.grewAt.IsZero() && in.Now.Sub(b.shown.grewAt) < clearFor {
 		return true
