@@ -297,6 +297,23 @@ type Series struct {
 	CapacityEstimate []float64 `json:"capacity_estimate_mbps,omitempty"`
 }
 
+// DelayIn is the percentiles of the series' delay over the intervals that
+// end after from and by to (seconds from the start): how a phase of a run
+// went, such as the steady minutes after a recovery, where the run's own
+// percentiles mix every phase. The points are 100 ms means, so a tooth
+// shorter than that shows lower than the independent probe saw it. False
+// when no interval falls in the window.
+func (s *Series) DelayIn(from, to float64) (Delay, bool) {
+	var v []float32
+	for i, t := range s.T {
+		if t > from && t <= to && i < len(s.Delay) {
+			v = append(v, float32(s.Delay[i]))
+		}
+	}
+	d, _ := delayStats(v, math.Inf(1))
+	return d, len(v) > 0
+}
+
 // seriesEvery is the series' resolution, ms.
 const seriesEvery = 100
 

@@ -510,3 +510,15 @@ func downSeries(t *testing.T, res []sim.Result) *sim.Series {
 	t.Fatal("no estimate series")
 	return nil
 }
+
+// DelayIn takes the points whose intervals end after from and by to.
+func TestSeriesDelayIn(t *testing.T) {
+	s := &sim.Series{T: []float64{0.1, 0.2, 0.3, 0.4, 0.5}, Delay: []float64{50, 1, 2, 3, 40}}
+	d, ok := s.DelayIn(0.1, 0.4)
+	if !ok || d.P50 != 2 || d.P99 != 3 {
+		t.Errorf("DelayIn(0.1, 0.4) = %+v, %v, want p50 2 and p99 3 of the three points in it", d, ok)
+	}
+	if _, ok := s.DelayIn(1, 2); ok {
+		t.Error("DelayIn over a window with no point says it has one")
+	}
+}

@@ -7,13 +7,18 @@
 // after the rise, with the number of runs. With -plot it also draws
 // utilisation against p95 per direction: one small point per run, a large
 // one at the medians. -name renames a scheme (exec=cake-autorate).
+// -window FROM-TO (seconds from the start) also prints the medians of the
+// p50, p95 and p99 of the delay series' 100 ms means in that window, for
+// reports run with their series: one phase of a run, such as the steady
+// minutes after `step`'s recovery (-window 65-90), where the teeth of the
+// probes at a live ceiling show apart from the drop's and the rise's.
 //
 // Reports run at different budgets (`linklab run --budget`) make a lab
 // frontier: every scheme is then named with its run's budget
 // (autoshape@5ms), and the plot joins one scheme's medians over its budgets
 // in budget order, as autoshape-tools frontier does in the simulator.
 //
-//	go run ./scripts/labmedians [-name exec=cake-autorate] [-plot DIR] REPORT.json...
+//	go run ./scripts/labmedians [-name exec=cake-autorate] [-plot DIR] [-window FROM-TO] REPORT.json...
 package main
 
 import (
@@ -26,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -70,10 +76,12 @@ func main() {
 		return nil
 	})
 	plotDir := flag.String("plot", "", "draw utilisation against p95 per direction into this folder (SVG)")
+	var win window
+	flag.Var(&win, "window", "also print the delay's percentiles over FROM-TO seconds from the start (reports with series)")
 	estimate := flag.Bool("estimate", false, "also print how CAKE's capacity estimate followed the capacity, where the reports carry it")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: labmedians [-name FROM=TO] [-plot DIR] REPORT.json...")
+		fmt.Fprintln(os.Stderr, "usage: labmedians [-name FROM=TO] [-plot DIR] [-window FROM-TO] REPORT.json...")
 		os.Exit(2)
 	}
 	var reps []report
@@ -101,6 +109,9 @@ func main() {
 	}
 	if *estimate {
 		printFollows(order, runs)
+	}
+	if win.set {
+		printWindow(win, order, runs)
 	}
 	if *plotDir != "" {
 		if err := drawPlots(*plotDir, order, runs); err != nil {
@@ -139,6 +150,55 @@ func printFollows(order []key, runs map[key][]sim.Result) {
 		}
 		fmt.Printf("| %s | %s | %d | %.2f | %+.1f | %s | %s | %s |\n", k.name(), k.dir, len(errs), median(errs), median(bias), lag,
 			stepTimes(rise), stepTimes(fall))
+	}
+}
+
+// window is a span of a run, in seconds from its start.
+type window struct {
+	from, to float64
+	set      bool
+}
+
+func (w *window) String() string {
+	if !w.set {
+		return ""
+	}
+	return fmt.Sprintf("%g-%g", w.from, w.to)
+}
+
+func (w *window) Set(s string) error {
+	a, b, ok := strings.Cut(s, "-")
+	from, err1 := strconv.ParseFloat(a, 64)
+	to, err2 := strconv.ParseFloat(b, 64)
+	if !ok || err1 != nil || err2 != nil || !(from >= 0 && to > from) || math.IsInf(to, 0) {
+		return fmt.Errorf("%q is not FROM-TO, seconds from the start with FROM under TO", s)
+	}
+	*w = window{from: from, to: to, set: true}
+	return nil
+}
+
+// printWindow prints, per scheme and direction, medians over the runs that
+// carry a series of the delay's percentiles in the window.
+func printWindow(w window, order []key, runs map[key][]sim.Result) {
+	fmt.Println()
+	fmt.Printf("Delay over %s s, from the series' 100 ms means:\n\n", w.String())
+	fmt.Println("| scheme | dir | runs | p50 ms | p95 ms | p99 ms |")
+	fmt.Println("|---|---|---:|---:|---:|---:|")
+	for _, k := range order {
+		var p50, p95, p99 []float64
+		for _, r := range runs[k] {
+			if r.Series == nil {
+				continue
+			}
+			if d, ok := r.Series.DelayIn(w.from, w.to); ok {
+				p50, p95, p99 = append(p50, d.P50), append(p95, d.P95), append(p99, d.P99)
+			}
+		}
+		if len(p50) == 0 {
+			fmt.Printf("| %s | %s | 0 | - | - | - |\n", k.name(), k.dir)
+			continue
+		}
+		fmt.Printf("| %s | %s | %d | %.1f | %.1f | %.1f |\n", k.name(), k.dir, len(p50), median(p50), median(p95), median(p99))
 	}
 }
 

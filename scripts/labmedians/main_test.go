@@ -110,3 +110,30 @@ func TestDrawPlotsSweep(t *testing.T) {
 		}
 	}
 }
+
+func TestWindowSet(t *testing.T) {
+	tests := []struct {
+		in       string
+		from, to float64
+		ok       bool
+	}{
+		{"65-90", 65, 90, true},
+		{"0-30.5", 0, 30.5, true},
+		{"90-65", 0, 0, false},
+		{"65", 0, 0, false},
+		{"a-90", 0, 0, false},
+		{"65-inf", 0, 0, false},
+		{"-5-10", 0, 0, false},
+	}
+	for _, tt := range tests {
+		var w window
+		err := w.Set(tt.in)
+		if (err == nil) != tt.ok {
+			t.Errorf("Set(%q) = %v, want ok %v", tt.in, err, tt.ok)
+			continue
+		}
+		if tt.ok && (w.from != tt.from || w.to != tt.to || !w.set) {
+			t.Errorf("Set(%q) = %+v, want %g-%g", tt.in, w, tt.from, tt.to)
+		}
+	}
+}
