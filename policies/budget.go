@@ -235,6 +235,8 @@ type Budget struct {
 	// call.
 	link   spread
 	linkAt time.Time
+	// triedAt is the slow start's first try (see slowStart).
+	triedAt time.Time
 }
 
 // spread is a measure's mean and variance, smoothed over a window, and the
@@ -834,7 +836,7 @@ func (b *Budget) rise(in Input, t tick) Proposal {
 			// not the curve's clock. On download the evidence may come
 			// sooner: the queue a live ceiling keeps upstream gone
 			// (see queueAtCeiling).
-			next = math.Max(next, math.Min(b.slowStart(rate, t.rise), rate*(1+step*headroom*t.rise)))
+			next = math.Max(next, math.Min(b.slowStart(rate, t.rise, in.Now), rate*(1+step*headroom*t.rise)))
 		}
 		return Proposal{Rate: in.Bounds.Clamp(next), Reason: ReasonProbe}
 	}
@@ -1066,20 +1068,32 @@ const (
 	slowStartFrom = 0.02
 )
 
-// slowStart is the rate past the ceiling, from rate, after dt seconds in
-// which the delay showed next to no queue: the excess over the ceiling (at
-// least slowStartFrom of it) doubles every slowStartLag, as TCP's slow start
-// doubles its window every round trip that brings no loss. A ceiling still
-// the link's (its capacity a few per cent over it, where mark put it) shows
-// as delay while the excess is a few per cent, and the ease that follows
-// marks it again; one that is gone lets the excess reach the zone's end, 10 %
-// over it, within about 2.3 lags, and the rise is Step's from there.
-func (b *Budget) slowStart(rate, dt float64) float64 {
+// slowStart is the rate past the ceiling, from rate, at now, dt seconds
+// after the last call, while the delay shows next to no queue. The first
+// try is slowStartFrom over the ceiling, and it holds for slowStartLag: the
+// delay cannot show the queue the try builds before then, so until then it
+// vouches for nothing past the try. A ceiling still the link's (its
+// capacity a few per cent over it, where mark put it) shows as delay at
+// the try, and the ease that follows marks it again. Past the lag the
+// excess doubles every slowStartLag, as TCP's slow start doubles its
+// window every round trip that brings no loss, and a ceiling that is gone
+// lets it reach the zone's end, 10 % over it, about 3.3 lags after the
+// try; the rise is Step's from there. The later doublings do not wait
+// each for its lag: a ceiling that showed none of the try's queue is
+// likely gone, and a lag at each would cost the recovery one more.
+func (b *Budget) slowStart(rate, dt float64, now time.Time) float64 {
+	excess, first := rate-b.bloatRate, slowStartFrom*b.bloatRate
+	if excess < first/2 {
+		b.triedAt = now
+		return b.bloatRate + first
+	}
+	if now.Sub(b.triedAt) < slowStartLag {
+		return rate
+	}
 	// One observation vouches for one lag at most: after a gap between
 	// calls the excess doubles once, not once per lag of the gap.
 	lags := math.Min(dt/slowStartLag.Seconds(), 1)
-	excess := math.Max(rate-b.bloatRate, slowStartFrom*b.bloatRate)
-	return b.bloatRate + excess*math.Exp2(lags)
+	return b.bloatRate + math.Max(excess, first)*math.Exp2(lags)
 }
 
 // zone is where the gentle zone starts, as a fraction of the ceiling: 90 %,

@@ -839,11 +839,11 @@ func TestBudgetCeilingClears(t *testing.T) {
 		{
 			// 1.85 s after the mark the curve still stands under the
 			// ceiling (plateauAt is 3 s): the slow start past it comes
-			// from the queue being gone, one doubling of its first
-			// excess (2 %) over the 50ms since the last call.
+			// from the queue being gone: its first try, 2 % over the
+			// ceiling.
 			name:  "the queue gone for clearFor: past the ceiling before the plateau",
 			steps: after(ceiling, append(append([]budgetStep{}, queued...), ticks(22, 11, 0)...)...),
-			want:  then(ceilingCuts, append(repeat(32, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(32, plateaued), exactly(reasonProbe, 1.02*ceil))...),
 		},
 		{
 			// The mean of the queue the ceiling showed is not learnt
@@ -852,7 +852,7 @@ func TestBudgetCeilingClears(t *testing.T) {
 			// ticks, and the sign was lost before clearFor.
 			name:  "a small queue gone for clearFor: past the ceiling",
 			steps: after(ceiling, append(ticks(0, 22, time.Millisecond), ticks(22, 11, 0)...)...),
-			want:  then(ceilingCuts, append(repeat(32, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(32, plateaued), exactly(reasonProbe, 1.02*ceil))...),
 		},
 		{
 			// One packet's serialisation, taken off the delay, puts a
@@ -863,7 +863,7 @@ func TestBudgetCeilingClears(t *testing.T) {
 			// of the halved Hold, after 2 s).
 			name:  "a queue between readings under nothing, gone: past the ceiling",
 			steps: after(ceiling, serialised(0, 52)...),
-			want:  then(ceilingCuts, append(repeat(51, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(51, plateaued), exactly(reasonProbe, 1.02*ceil))...),
 		},
 		{
 			name:  "gone for less than clearFor: the curve",
@@ -910,10 +910,10 @@ func TestBudgetCeilingPeak(t *testing.T) {
 	saturated := ticks(0, 22, 40e6)
 	runBudgetCases(t, []budgetCase{
 		{
-			// One doubling of the slow start's first excess (2 %).
+			// The slow start's first try, 2 % over the ceiling.
 			name:  "a third more delivered: past the ceiling before the plateau",
 			steps: after(ceiling, append(append([]budgetStep{}, saturated...), ticks(22, 1, 52e6)...)...),
-			want:  then(ceilingCuts, append(repeat(22, plateaued), rose.atLeast(1.02*ceil).atMost(1.03*ceil))...),
+			want:  then(ceilingCuts, append(repeat(22, plateaued), exactly(reasonProbe, 1.02*ceil))...),
 		},
 		{
 			name:  "a fifth more: counting noise, the curve",
@@ -1046,23 +1046,36 @@ func TestBudgetProbe(t *testing.T) {
 		},
 		{
 			// With next to no queue past plateauAt the ceiling may be
-			// gone: faster than the curve, but one call vouches for one
-			// doubling of the excess only, within the zone.
+			// gone: faster than the curve, a first try 2 % past it.
 			name:  "past plateauAt with no queue a slow start",
 			steps: after(ceiling, probe(4600*time.Millisecond, ceil)),
-			want:  then(ceilingCuts, rose.atLeast(1.01*ceil).atMost(1.1*ceil)),
+			want:  then(ceilingCuts, exactly(reasonProbe, 1.02*ceil)),
 		},
 		{
-			// Calls every 50ms with no queue: the excess over the
-			// ceiling doubles every 150ms, and the rate is past the
-			// zone's end, its ceiling given way, within half a second.
-			name: "a ceiling that is gone gives way within half a second",
+			// Calls every 50ms with no queue: the first try, 2 % over
+			// the ceiling, holds until a lag (150ms) has shown no queue,
+			// then the excess doubles every 150ms, and the rate is past
+			// the zone's end, its ceiling given way, within 600ms.
+			name: "a ceiling that is gone gives way within 600ms",
 			steps: after(ceiling, probe(3600*time.Millisecond, ceil),
-				probe(3650*time.Millisecond, 1.03*ceil), probe(3700*time.Millisecond, 1.04*ceil),
-				probe(3750*time.Millisecond, 1.05*ceil), probe(3800*time.Millisecond, 1.065*ceil),
-				probe(3850*time.Millisecond, 1.08*ceil), probe(3900*time.Millisecond, 1.1*ceil),
-				probe(3950*time.Millisecond, 1.12*ceil)),
-			want: then(ceilingCuts, rose, rose, rose, rose, rose, rose, rose, rose.atLeast(1.12*ceil*1.05)),
+				probe(3650*time.Millisecond, 1.02*ceil), probe(3700*time.Millisecond, 1.02*ceil),
+				probe(3750*time.Millisecond, 1.02*ceil), probe(3800*time.Millisecond, 1.025*ceil),
+				probe(3850*time.Millisecond, 1.032*ceil), probe(3900*time.Millisecond, 1.04*ceil),
+				probe(3950*time.Millisecond, 1.05*ceil), probe(4000*time.Millisecond, 1.063*ceil),
+				probe(4050*time.Millisecond, 1.08*ceil), probe(4100*time.Millisecond, 1.1*ceil),
+				probe(4150*time.Millisecond, 1.12*ceil)),
+			want: then(ceilingCuts, exactly(reasonProbe, 1.02*ceil), plateaued, plateaued,
+				rose, rose, rose, rose, rose, rose, rose, rose, rose.atLeast(1.12*ceil*1.05)),
+		},
+		{
+			// The first try's queue shows only a lag later: until then
+			// the delay vouches for nothing past it, and the rate stays
+			// (the queue a ceiling still the link's would build by the
+			// next doubling, 4 % over it, shows as a tooth).
+			name: "the first try waits a lag",
+			steps: after(ceiling, probe(3600*time.Millisecond, 0.99*ceil),
+				probe(3700*time.Millisecond, 1.02*ceil), probe(3800*time.Millisecond, 1.02*ceil)),
+			want: then(ceilingCuts, exactly(reasonProbe, 1.02*ceil), plateaued, rose.atMost(1.041*ceil)),
 		},
 		{
 			// 8 s after the mark the curve stands at 1.46 times the
