@@ -110,7 +110,7 @@ func main() {
 	if *estimate {
 		printFollows(order, runs)
 	}
-	if win.set {
+	if win.set() {
 		printWindow(win, order, runs)
 	}
 	if *plotDir != "" {
@@ -153,14 +153,14 @@ func printFollows(order []key, runs map[key][]sim.Result) {
 	}
 }
 
-// window is a span of a run, in seconds from its start.
-type window struct {
-	from, to float64
-	set      bool
-}
+// window is a span of a run, in seconds from its start; the zero window,
+// which Set never makes (to > from >= 0), is none.
+type window struct{ from, to float64 }
+
+func (w *window) set() bool { return w.to > 0 }
 
 func (w *window) String() string {
-	if !w.set {
+	if !w.set() {
 		return ""
 	}
 	return fmt.Sprintf("%g-%g", w.from, w.to)
@@ -173,7 +173,7 @@ func (w *window) Set(s string) error {
 	if !ok || err1 != nil || err2 != nil || !(from >= 0 && to > from) || math.IsInf(to, 0) {
 		return fmt.Errorf("%q is not FROM-TO, seconds from the start with FROM under TO", s)
 	}
-	*w = window{from: from, to: to, set: true}
+	*w = window{from: from, to: to}
 	return nil
 }
 

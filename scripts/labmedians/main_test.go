@@ -132,7 +132,7 @@ func TestWindowSet(t *testing.T) {
 			t.Errorf("Set(%q) = %v, want ok %v", tt.in, err, tt.ok)
 			continue
 		}
-		if tt.ok && (w.from != tt.from || w.to != tt.to || !w.set) {
+		if tt.ok && (w.from != tt.from || w.to != tt.to || !w.set()) {
 			t.Errorf("Set(%q) = %+v, want %g-%g", tt.in, w, tt.from, tt.to)
 		}
 	}
