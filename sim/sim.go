@@ -314,6 +314,25 @@ func (s *Series) DelayIn(from, to float64) (Delay, bool) {
 	return d, len(v) > 0
 }
 
+// UtilisationIn is the goodput over the intervals that end after from and
+// by to (seconds from the start), as a share of the capacity over them: a
+// phase's utilisation, such as the steady minutes after a recovery, whose
+// level a recovery to a share of the capacity is measured against. False
+// when no interval with capacity falls in the window.
+func (s *Series) UtilisationIn(from, to float64) (float64, bool) {
+	var good, capacity float64
+	for i, t := range s.T {
+		if t > from && t <= to && i < len(s.Goodput) && i < len(s.Capacity) {
+			good += s.Goodput[i]
+			capacity += s.Capacity[i]
+		}
+	}
+	if capacity <= 0 {
+		return 0, false
+	}
+	return good / capacity, true
+}
+
 // seriesEvery is the series' resolution, ms.
 const seriesEvery = 100
 

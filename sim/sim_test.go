@@ -522,3 +522,25 @@ func TestSeriesDelayIn(t *testing.T) {
 		t.Error("DelayIn over a window with no point says it has one")
 	}
 }
+
+// UtilisationIn weighs the points whose intervals end after from and by to
+// by their capacity: the phase's goodput over its capacity, not the mean
+// of the points' shares.
+func TestSeriesUtilisationIn(t *testing.T) {
+	s := &sim.Series{T: []float64{0.1, 0.2, 0.3, 0.4}, Capacity: []float64{40, 10, 40, 0}, Goodput: []float64{40, 5, 30, 0}}
+	for _, c := range []struct {
+		from, to float64
+		want     float64
+		ok       bool
+	}{
+		{0.1, 0.3, 35.0 / 50, true},
+		{0, 0.4, 75.0 / 90, true},
+		{0.3, 0.4, 0, false}, // only a point without capacity
+		{1, 2, 0, false},     // no point
+	} {
+		got, ok := s.UtilisationIn(c.from, c.to)
+		if ok != c.ok || math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("UtilisationIn(%g, %g) = %v, %v, want %v, %v", c.from, c.to, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -8,10 +8,12 @@
 // utilisation against p95 per direction: one small point per run, a large
 // one at the medians. -name renames a scheme (exec=cake-autorate).
 // -window FROM-TO (seconds from the start) also prints the medians of the
-// p50, p95 and p99 of the delay series' 100 ms means in that window, for
-// reports run with their series: one phase of a run, such as the steady
-// minutes after `step`'s recovery (-window 65-90), where the teeth of the
-// probes at a live ceiling show apart from the drop's and the rise's.
+// p50, p95 and p99 of the delay series' 100 ms means in that window, and of
+// the utilisation over it, for reports run with their series: one phase of
+// a run, such as the steady minutes after `step`'s recovery (-window
+// 65-90), where the teeth of the probes at a live ceiling show apart from
+// the drop's and the rise's, and where the goodput the recovery's 90 % is
+// measured against settles.
 //
 // Reports run at different budgets (`linklab run --budget`) make a lab
 // frontier: every scheme is then named with its run's budget
@@ -77,7 +79,7 @@ func main() {
 	})
 	plotDir := flag.String("plot", "", "draw utilisation against p95 per direction into this folder (SVG)")
 	var win window
-	flag.Var(&win, "window", "also print the delay's percentiles over FROM-TO seconds from the start (reports with series)")
+	flag.Var(&win, "window", "also print the delay's percentiles and the utilisation over FROM-TO seconds from the start (reports with series)")
 	estimate := flag.Bool("estimate", false, "also print how CAKE's capacity estimate followed the capacity, where the reports carry it")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -178,14 +180,15 @@ func (w *window) Set(s string) error {
 }
 
 // printWindow prints, per scheme and direction, medians over the runs that
-// carry a series of the delay's percentiles in the window.
+// carry a series of the delay's percentiles and of the utilisation in the
+// window.
 func printWindow(w window, order []key, runs map[key][]sim.Result) {
 	fmt.Println()
-	fmt.Printf("Delay over %s s, from the series' 100 ms means:\n\n", w.String())
-	fmt.Println("| scheme | dir | runs | p50 ms | p95 ms | p99 ms |")
-	fmt.Println("|---|---|---:|---:|---:|---:|")
+	fmt.Printf("Delay over %s s, from the series' 100 ms means, and the utilisation over it:\n\n", w.String())
+	fmt.Println("| scheme | dir | runs | p50 ms | p95 ms | p99 ms | utilisation |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|")
 	for _, k := range order {
-		var p50, p95, p99 []float64
+		var p50, p95, p99, util []float64
 		for _, r := range runs[k] {
 			if r.Series == nil {
 				continue
@@ -193,12 +196,19 @@ func printWindow(w window, order []key, runs map[key][]sim.Result) {
 			if d, ok := r.Series.DelayIn(w.from, w.to); ok {
 				p50, p95, p99 = append(p50, d.P50), append(p95, d.P95), append(p99, d.P99)
 			}
+			if u, ok := r.Series.UtilisationIn(w.from, w.to); ok {
+				util = append(util, u)
+			}
 		}
 		if len(p50) == 0 {
-			fmt.Printf("| %s | %s | 0 | - | - | - |\n", k.name(), k.dir)
+			fmt.Printf("| %s | %s | 0 | - | - | - | - |\n", k.name(), k.dir)
 			continue
 		}
-		fmt.Printf("| %s | %s | %d | %.1f | %.1f | %.1f |\n", k.name(), k.dir, len(p50), median(p50), median(p95), median(p99))
+		u := "-"
+		if len(util) > 0 {
+			u = fmt.Sprintf("%.3f", median(util))
+		}
+		fmt.Printf("| %s | %s | %d | %.1f | %.1f | %.1f | %s |\n", k.name(), k.dir, len(p50), median(p50), median(p95), median(p99), u)
 	}
 }
 
