@@ -306,7 +306,7 @@ type Series struct {
 func (s *Series) DelayIn(from, to float64) (Delay, bool) {
 	var v []float32
 	for i, t := range s.T {
-		if t > from && t <= to && i < len(s.Delay) {
+		if inWindow(t, from, to) && i < len(s.Delay) {
 			v = append(v, float32(s.Delay[i]))
 		}
 	}
@@ -322,7 +322,7 @@ func (s *Series) DelayIn(from, to float64) (Delay, bool) {
 func (s *Series) UtilisationIn(from, to float64) (float64, bool) {
 	var good, capacity float64
 	for i, t := range s.T {
-		if t > from && t <= to && i < len(s.Goodput) && i < len(s.Capacity) {
+		if inWindow(t, from, to) && i < len(s.Goodput) && i < len(s.Capacity) {
 			good += s.Goodput[i]
 			capacity += s.Capacity[i]
 		}
@@ -332,6 +332,10 @@ func (s *Series) UtilisationIn(from, to float64) (float64, bool) {
 	}
 	return good / capacity, true
 }
+
+// inWindow reports whether the series' interval ending at t (seconds from
+// the start) falls in the window from-to: it ends after from and by to.
+func inWindow(t, from, to float64) bool { return t > from && t <= to }
 
 // seriesEvery is the series' resolution, ms.
 const seriesEvery = 100
