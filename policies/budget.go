@@ -779,8 +779,9 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	}
 	b.lastCut = in.Now
 	b.cutDelay = delay
-	// On upload a ceiling is never measured: it is the knee of the
-	// policy's own rise (see mark). An ease under a ceiling the link has
+	// On upload a ceiling is the knee of the policy's own rise, or what
+	// the senders offered (see mark), not what the link delivered. An
+	// ease under a ceiling the link has
 	// shown (steady) saw a little queue before the rate reached that knee,
 	// which on a link whose delay has jitter of its own is the jitter: it
 	// starts the ceiling's curve again, from the zone's edge, but leaves
@@ -995,14 +996,17 @@ const measuredKnee = 0.97
 
 // mark records a ceiling: the capacity the link showed when the delay rose.
 // When less got through than the rate allowed, what got through is the
-// capacity, measured (download: the bottleneck upstream of our shaper
-// delivers its capacity while it holds a queue), and the ceiling is
-// measuredKnee of it; on download, when the link limits the traffic in
-// this call, what it delivered (see linkLimits) if that is higher, since
-// the smoothed measure of what got through lags a ramp. When all of it got
-// through,
-// our shaper was the limit and the capacity lies below the rate: the best
-// guess is the knee, the rate when the delay last showed next to no queue.
+// capacity, measured, and the ceiling is measuredKnee of it. On download
+// the bottleneck upstream of our shaper delivers its capacity while it
+// holds a queue; when the link limits the traffic in this call, what it
+// delivered (see linkLimits) counts if that is higher, since the smoothed
+// measure of what got through lags a ramp. On upload what got through is
+// what the senders offered: the link's capacity while its queue clocks
+// them, less after a cut's losses; on a line that keeps the rate off the
+// queue (docs/frontier.md, "An upload's ceiling from what the senders
+// offered"). When all of it got through, our shaper was the limit and the
+// capacity lies below the rate: the best guess is the knee, the rate when
+// the delay last showed next to no queue.
 // Later marks in one episode (the delay not back under hold since the last
 // mark) measure the rate the policy cut to rather than the link, so the
 // episode keeps its highest.
@@ -1131,10 +1135,10 @@ func (b *Budget) steady(now time.Time, d estimator.Direction) bool {
 	// cellular one): that takes what got through while loaded to have
 	// varied little as well, or a third ceiling that agrees. On upload the
 	// third is no evidence: our shaper is upstream of the bottleneck, so a
-	// ceiling there is never measured but is the knee of the policy's own
-	// rise, and rises from like cuts reach like knees whatever the link
-	// does (a cellular upload crawled along such a ceiling for seconds
-	// with twice the capacity free).
+	// ceiling there is not what the link delivered but mostly the knee of
+	// the policy's own rise, and rises from like cuts reach like knees
+	// whatever the link does (a cellular upload crawled along such a
+	// ceiling for seconds with twice the capacity free).
 	if b.loaded.dev() < 0.1*b.loaded.mean+countingNoise {
 		return true
 	}
