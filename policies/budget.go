@@ -781,11 +781,10 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	b.cutDelay = delay
 	// On upload a ceiling is the knee of the policy's own rise, or what
 	// the senders offered (see mark), not what the link delivered. An
-	// ease under a ceiling the link has
-	// shown (steady) saw a little queue before the rate reached that knee,
-	// which on a link whose delay has jitter of its own is the jitter: it
-	// starts the ceiling's curve again, from the zone's edge, but leaves
-	// the ceiling where it was. Marked, it set each ceiling a little under
+	// ease under a ceiling the link has shown (steady) saw a little queue
+	// before the rate reached that knee, which on a link whose delay has
+	// jitter of its own is the jitter: it starts the ceiling's curve
+	// again, from the zone's edge, but leaves the ceiling where it was. Marked, it set each ceiling a little under
 	// the last, since the curve nears the ceiling from below: on the
 	// simulator's Poisson upload (3 Mbit/s delivered at random) the
 	// ceiling went from 2.25 to 2.02 Mbit/s in 8 s, the rate held under
