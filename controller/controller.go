@@ -543,11 +543,21 @@ func (c *Controller) next(now time.Time, d estimator.Direction, obs estimator.Ob
 	if !c.stallFrom.IsZero() && c.state != Active {
 		// Stalled, or idle since a stall: no answer has come to say the
 		// link carries more. Never raise; fall back to the safe rate
-		// FallbackAfter into the stall.
+		// FallbackAfter into the stall; lower where a Blind policy asks,
+		// once the probes have been answered (a link never answered has
+		// a reflector list or a path that does not answer, not a queue
+		// past the deadline: the safe rate is the user's answer to it).
+		to, reason := held, policies.ReasonStall
 		if now.Sub(c.stallFrom) >= c.cfg.FallbackAfter && dc.Safe < held {
-			return dc.Safe, policies.ReasonFallback
+			to, reason = dc.Safe, policies.ReasonFallback
 		}
-		return held, policies.ReasonStall
+		if b, ok := c.policies[d].(policies.Blind); ok && c.state == Stall && !c.lastAnswer.IsZero() {
+			p := b.Blind(policies.Input{Now: now, Obs: obs, Rate: held, Bounds: dc.Bounds}, c.stallFrom)
+			if p.Rate < to {
+				to, reason = p.Rate, p.Reason
+			}
+		}
+		return to, reason
 	}
 	switch c.state {
 	case Idle:

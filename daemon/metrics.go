@@ -59,7 +59,7 @@ func rateChangeReasons() []policies.Reason {
 		policies.ReasonHold, policies.ReasonBloat, policies.ReasonProbe,
 		policies.ReasonEase, policies.ReasonDrop, policies.ReasonDropUndone, policies.ReasonDecay,
 		policies.ReasonFixed, policies.ReasonIdle, policies.ReasonStall,
-		policies.ReasonFallback, policies.ReasonBounds, policies.ReasonStart,
+		policies.ReasonFallback, policies.ReasonBlind, policies.ReasonBounds, policies.ReasonStart,
 		policies.ReasonShutdown, policies.ReasonYield,
 	}
 }

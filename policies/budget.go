@@ -237,6 +237,9 @@ type Budget struct {
 	linkAt time.Time
 	// triedAt is the slow start's first try (see slowStart).
 	triedAt time.Time
+	// What the shaper passed in the controller's current stall (see
+	// Blind).
+	blind blindSpell
 }
 
 // spread is a measure's mean and variance, smoothed over a window, and the

@@ -55,6 +55,7 @@ const (
 	ReasonIdle       Reason = "idle"     // the controller found the link idle
 	ReasonStall      Reason = "stall"    // no probe answers: never raise
 	ReasonFallback   Reason = "fallback" // stalled too long: safe rate
+	ReasonBlind      Reason = "blind"    // stalled, loaded: what the shaper passed
 	ReasonBounds     Reason = "bounds"   // clamped into [min, max]
 	ReasonStart      Reason = "start"    // the first rate written
 	ReasonShutdown   Reason = "shutdown" // leaving the shaper at a safe rate
@@ -73,4 +74,13 @@ type Policy interface {
 	// Next returns the rate the policy wants now. It is called once per
 	// controller tick while the direction is active.
 	Next(in Input) Proposal
+}
+
+// A Blind policy also decides while no probe is answered (the controller's
+// stall), when nothing measures the delay. The controller asks it at each
+// tick of a stall that began at since, and takes its rate only when it is
+// lower than the one held: a stall never raises a rate. A policy without it
+// leaves the rate held.
+type Blind interface {
+	Blind(in Input, since time.Time) Proposal
 }
