@@ -787,7 +787,8 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	// ease under a ceiling the link has shown (steady) saw a little queue
 	// before the rate reached that knee, which on a link whose delay has
 	// jitter of its own is the jitter: it starts the ceiling's curve
-	// again, from the zone's edge, but leaves the ceiling where it was. Marked, it set each ceiling a little under
+	// again, from the zone's edge, but leaves the ceiling where it was.
+	// Marked, it set each ceiling a little under
 	// the last, since the curve nears the ceiling from below: on the
 	// simulator's Poisson upload (3 Mbit/s delivered at random) the
 	// ceiling went from 2.25 to 2.02 Mbit/s in 8 s, the rate held under
@@ -1003,9 +1004,9 @@ const measuredKnee = 0.97
 // holds a queue; when the link limits the traffic in this call, what it
 // delivered (see linkLimits) counts if that is higher, since the smoothed
 // measure of what got through lags a ramp. On upload what got through is
-// what the senders offered: the link's capacity while its queue clocks
-// them, less after a cut's losses; on a line that keeps the rate off the
-// queue (docs/frontier.md, "An upload's ceiling from what the senders
+// what the senders offered: the link's capacity while the link's queue
+// clocks them, and what their windows allow in calls without a queue
+// (docs/frontier.md, "An upload's ceiling from what the senders
 // offered"). When all of it got through, our shaper was the limit and the
 // capacity lies below the rate: the best guess is the knee, the rate when
 // the delay last showed next to no queue.
