@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,7 +70,8 @@ type Config struct {
 	// working directory; the host's file system is read-only inside).
 	WorkDir string
 	// Env is added to the command's environment (PATH, HOME and TMPDIR are
-	// set already; TMPDIR is on a tmpfs).
+	// set already; TMPDIR is on a tmpfs; on x86-64 so are GODEBUG and
+	// GLIBC_TUNABLES, which a GODEBUG here adds to: xstate_amd64.go).
 	Env []string
 	// NetNS is the host network namespace the kernel starts in (empty: this
 	// process's); Interfaces are host interfaces there, up, that the kernel
@@ -227,7 +229,7 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	}
 	b.WriteString("ip link set lo up\n")
 	b.WriteString("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin HOME=/root TMPDIR=/run/tmp\n")
-	for _, e := range cfg.Env {
+	for _, e := range withGuestEnv(cfg.Env) {
 		fmt.Fprintf(&b, "export %s\n", quote(e))
 	}
 	fmt.Fprintf(&b, "cd %s || { echo %s > %s; halt -f; }\n", quote(cfg.WorkDir), quote("no working directory "+cfg.WorkDir), quote(filepath.Join(dir, statusFile)))
@@ -240,10 +242,28 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	return b.String()
 }
 
+// withGuestEnv is guestEnv followed by env, a GODEBUG in env appended to
+// guestEnv's (Go reads its settings left to right, the last winning).
+func withGuestEnv(env []string) []string {
+	out := slices.Clone(guestEnv)
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		if i := slices.IndexFunc(out, func(g string) bool { return strings.HasPrefix(g, k+"=") }); k == "GODEBUG" && i >= 0 {
+			out[i] += "," + v
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // kernelArgs is the kernel's command line.
 func kernelArgs(cfg Config, script string) []string {
 	args := []string{"mem=" + cfg.Mem, "rootfstype=hostfs", "rootflags=/", "ro", "quiet",
 		"init=" + script, "con=null", "con0=fd:0,fd:1"}
+	// The kernel gives init the parameters it does not know, name=value,
+	// as its environment: init and all it starts run with guestEnv.
+	args = append(args, guestEnv...)
 	for i, ifc := range cfg.Interfaces {
 		args = append(args, fmt.Sprintf("vec%d:transport=raw,ifname=%s,depth=128,mac=%s", i, ifc, vectorMAC(i)))
 	}
@@ -318,7 +338,7 @@ func Run(ctx context.Context, cfg Config, argv ...string) (int, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stderr, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := startOnOneCPU(cmd); err != nil {
+	if err := startKernel(cmd); err != nil {
 		return -1, fmt.Errorf("failed to start %s: %w", Kernel, err)
 	}
 	done := make(chan error, 1)
@@ -358,22 +378,24 @@ func Run(ctx context.Context, cfg Config, argv ...string) (int, error) {
 // Timeout is a generous bound for one boot that runs a test binary.
 const Timeout = 20 * time.Minute
 
-// startOnOneCPU starts cmd on one of the host's CPUs, the last this process
-// may use: the kernel and the processes it forks for the guest's own
+// startKernel starts cmd, the kernel, on one of the host's CPUs, the last
+// this process may use, and under xstateFilter (xstate_amd64.go).
+//
+// The CPU: the kernel and the processes it forks for the guest's own
 // (which inherit it) then hand the guest's one CPU to each other on one
 // host CPU. Left to the host's scheduler, they ran on two CPUs of a 2-core
 // machine in some boots, and there each switch between them cost so much
 // more that the guest's CPU was 68-96 % busy with a static shaper at
 // 10 Mbit/s, against 9-41 % in the others (5 boots of 16), and the added
 // delay's p50 was 6.6-86 ms instead of 2-3 ms; pinned, 16 boots of 16 were
-// 8-36 % busy (docs/sim-vs-lab.md, "The split lab").
+// 8-36 % busy (docs/sim-vs-lab.md, "The split lab"). Where the affinity
+// cannot be read or set, cmd starts on any.
 //
-// The start runs on a thread of its own, pinned, whose affinity the child
-// inherits; that thread ends with its goroutine (it stays locked), and the
-// runtime makes new threads from its template thread, not a locked one, so no
-// other goroutine runs pinned. Where the affinity cannot be read or set,
-// cmd starts as it would have.
-func startOnOneCPU(cmd *exec.Cmd) error {
+// Both are the state of a thread of its own, which the child inherits; that
+// thread ends with its goroutine (it stays locked), and the runtime makes
+// new threads from its template thread, not a locked one, so no other
+// goroutine runs pinned or filtered.
+func startKernel(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
@@ -384,6 +406,10 @@ func startOnOneCPU(cmd *exec.Cmd) error {
 				one.Set(last)
 				unix.SchedSetaffinity(0, &one)
 			}
+		}
+		if err := denyXstate(); err != nil {
+			errc <- err
+			return
 		}
 		errc <- cmd.Start()
 	}()

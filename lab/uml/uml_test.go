@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -73,6 +74,32 @@ func TestInitScriptQuotes(t *testing.T) {
 	}
 }
 
+// TestGuestEnv: init and the command get guestEnv, from the kernel's
+// command line and the script; a caller's GODEBUG adds to guestEnv's, its
+// other variables come after.
+func TestGuestEnv(t *testing.T) {
+	got := withGuestEnv([]string{"A=1", "GODEBUG=x=1"})
+	want := slices.Clone(guestEnv)
+	if i := slices.IndexFunc(want, func(e string) bool { return strings.HasPrefix(e, "GODEBUG=") }); i >= 0 {
+		want[i] += ",x=1"
+		want = append(want, "A=1")
+	} else {
+		want = append(want, "A=1", "GODEBUG=x=1")
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("withGuestEnv (-want +got)\n%s", diff)
+	}
+	args := kernelArgs(Config{Mem: "1G"}, "/r/uml-init")
+	for _, e := range guestEnv {
+		if !slices.Contains(args, e) {
+			t.Errorf("kernel args lack %q: %q", e, args)
+		}
+	}
+	if runtime.GOARCH == "amd64" && !slices.ContainsFunc(guestEnv, func(e string) bool { return strings.HasPrefix(e, "GLIBC_TUNABLES=") }) {
+		t.Errorf("guestEnv on x86-64 = %q, want GODEBUG and GLIBC_TUNABLES", guestEnv)
+	}
+}
+
 // TestKernelArgsInterfaces: each host interface becomes a vector interface
 // over a raw socket, in order, with a MAC address of its own that is the
 // same at every boot.
@@ -101,24 +128,29 @@ func TestLastCPU(t *testing.T) {
 	}
 }
 
-// TestStartOnOneCPU: the child runs on one CPU, the last this process may
-// use, and this process keeps the CPUs it had.
-func TestStartOnOneCPU(t *testing.T) {
+// TestStartKernel: the child runs on one CPU, the last this process may
+// use, under a seccomp filter (on x86-64: xstate_amd64.go), and this process
+// keeps the CPUs it had and runs unfiltered.
+func TestStartKernel(t *testing.T) {
 	var before unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &before); err != nil {
 		t.Skipf("skipping: the CPU affinity cannot be read here: %v", err)
 	}
 	last := lastCPU(before)
-	cmd := exec.Command("sh", "-c", "grep Cpus_allowed_list /proc/self/status")
+	cmd := exec.Command("sh", "-c", "grep -E '^(Cpus_allowed_list|Seccomp):' /proc/self/status")
 	var out strings.Builder
 	cmd.Stdout = &out
-	if err := startOnOneCPU(cmd); err != nil {
+	if err := startKernel(cmd); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("Cpus_allowed_list:\t%d\n", last); out.String() != want {
+	seccomp := 0
+	if runtime.GOARCH == "amd64" {
+		seccomp = 2 // SECCOMP_MODE_FILTER
+	}
+	if want := fmt.Sprintf("Seccomp:\t%d\nCpus_allowed_list:\t%d\n", seccomp, last); out.String() != want {
 		t.Errorf("the child ran with %q, want %q", out.String(), want)
 	}
 	var after unix.CPUSet
@@ -127,5 +159,8 @@ func TestStartOnOneCPU(t *testing.T) {
 	}
 	if after != before {
 		t.Errorf("this thread's CPUs changed: %d before, %d after", before.Count(), after.Count())
+	}
+	if b, err := os.ReadFile("/proc/thread-self/status"); err == nil && !strings.Contains(string(b), "Seccomp:\t0\n") {
+		t.Errorf("this thread runs filtered:\n%s", b)
 	}
 }
