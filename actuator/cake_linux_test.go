@@ -359,9 +359,8 @@ func TestCakeStatsMatchTC(t *testing.T) {
 	if err := c.Create(l.ifindex, 10_000_000, false); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	// ARP first, so that the bursts meet CAKE at once.
-	sendUDP(t, l.ns, l.peer.IP()+":9", 1, 10, 0)
 	dst := l.peer.IP() + ":9"
+	l.resolve(t, dst) // so that the bursts meet CAKE at once
 	for _, tos := range []int{
 		0x02, // best effort, ECT(0): CAKE marks instead of dropping
 		0x20, // CS1: the bulk tin
@@ -461,7 +460,7 @@ func TestCakeRateChangeTakesOverAutorate(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := l.peer.IP() + ":9"
-	sendUDP(t, l.ns, dst, 1, 10, 0) // ARP
+	l.resolve(t, dst)
 	for range 3 {
 		sendUDP(t, l.ns, dst, 200, 1400, 0)
 		time.Sleep(300 * time.Millisecond)
@@ -511,7 +510,7 @@ func TestCakeYieldHandsBack(t *testing.T) {
 		t.Fatalf("the kernel holds no autorate-ingress after yield:\n%s", out)
 	}
 	dst := l.peer.IP() + ":9"
-	sendUDP(t, l.ns, dst, 1, 10, 0) // ARP
+	l.resolve(t, dst)
 	for range 3 {
 		sendUDP(t, l.ns, dst, 200, 1400, 0)
 		time.Sleep(300 * time.Millisecond)

@@ -47,6 +47,28 @@ func newHTBLink(t testing.TB) htbLink {
 	return l
 }
 
+// resolve sends a datagram to each destination and waits, up to 2 s, until
+// the router's end holds that many reachable neighbours: ARP and neighbour
+// discovery then add no packets of their own to a test's counters, and no
+// datagram waits in the neighbour table's queue (or falls out of it) while
+// the test reads its qdisc. In User-mode Linux the answer may come only
+// after the sender's time slice, later than a burst takes to send.
+func (l htbLink) resolve(t *testing.T, dsts ...string) {
+	t.Helper()
+	for _, d := range dsts {
+		sendUDP(t, l.ns, d, 1, 10, 0)
+	}
+	for end := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, _ := exec.Command("ip", "-n", l.router.NS, "neigh", "show", "dev", l.router.Dev).CombinedOutput()
+		if strings.Count(string(out), "REACHABLE") >= len(dsts) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d neighbours of %s not reachable after 2 s:\n%s", len(dsts), l.router.Dev, out)
+		}
+	}
+}
+
 // tcShow runs `tc -n NS [-d] KIND show dev wan0`.
 func (l htbLink) tcShow(t *testing.T, details bool, kind string) string {
 	t.Helper()
@@ -533,20 +555,7 @@ func TestHTBSplitClassifies(t *testing.T) {
 	h := newHTB(conn, Framing{})
 	createSplit(t, h, l.ifindex, 20_000_000)
 	v4, v6 := l.peer.IP()+":9", "[fd00:9::2]:9"
-	// Resolve both neighbours first: ARP and neighbour discovery add
-	// packets of their own to the counters.
-	sendUDP(t, l.ns, v4, 1, 10, 0)
-	sendUDP(t, l.ns, v6, 1, 10, 0)
-	// Give both answers time to come: in User-mode Linux they may take
-	// longer than a burst takes to leave, and a datagram the neighbour
-	// table cannot hold never reaches the qdisc.
-	time.Sleep(100 * time.Millisecond)
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		out, _ := exec.Command("ip", "-n", l.router.NS, "neigh", "show", "dev", l.router.Dev).CombinedOutput()
-		if strings.Count(string(out), "REACHABLE") >= 2 {
-			break
-		}
-	}
+	l.resolve(t, v4, v6)
 
 	for _, tt := range []struct {
 		name  string
@@ -615,7 +624,7 @@ func TestHTBSplitBacklog(t *testing.T) {
 	h := newHTB(conn, Framing{})
 	// ARP first, unshaped: at this rate its request would hold the
 	// datagrams back in the neighbour table.
-	sendUDP(t, l.ns, l.peer.IP()+":9", 1, 10, 0)
+	l.resolve(t, l.peer.IP()+":9")
 	// 8 kbit/s: a full frame takes a second, so the leaves stay full
 	// while they are read.
 	createSplit(t, h, l.ifindex, 8000)
