@@ -95,8 +95,23 @@ func TestGuestEnv(t *testing.T) {
 			t.Errorf("kernel args lack %q: %q", e, args)
 		}
 	}
-	if runtime.GOARCH == "amd64" && !slices.ContainsFunc(guestEnv, func(e string) bool { return strings.HasPrefix(e, "GLIBC_TUNABLES=") }) {
-		t.Errorf("guestEnv on x86-64 = %q, want GODEBUG and GLIBC_TUNABLES", guestEnv)
+	if runtime.GOARCH != "amd64" {
+		return
+	}
+	if !slices.ContainsFunc(guestEnv, func(e string) bool { return strings.HasPrefix(e, "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX,") }) {
+		t.Errorf("guestEnv on x86-64 = %q, want glibc's AVX off", guestEnv)
+	}
+	// Go's: everything off, then back on only what keeps to the XMM
+	// registers.
+	godebug := guestEnv[slices.IndexFunc(guestEnv, func(e string) bool { return strings.HasPrefix(e, "GODEBUG=") })]
+	settings := strings.Split(strings.TrimPrefix(godebug, "GODEBUG="), ",")
+	if settings[0] != "cpu.all=off" {
+		t.Errorf("GODEBUG = %q, want cpu.all=off first", godebug)
+	}
+	for _, o := range settings[1:] {
+		if !strings.HasSuffix(o, "=on") || strings.Contains(o, "avx") || strings.Contains(o, "fma") || strings.Contains(o, "vpclmul") {
+			t.Errorf("GODEBUG = %q: %q turns on more than XMM's instructions", godebug, o)
+		}
 	}
 }
 
