@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,21 +209,30 @@ func runSuites(t *testing.T, root, dir, name string, named bool, bins, runs []st
 	return out
 }
 
-// failures is what the log holds for each failed test: the lines that
-// precede its FAIL line back to the previous test's result (go test -v
-// prints a test's output before its result), at most 60 each.
+// failures is what the log holds for each failed test: its FAIL line and
+// the lines it printed. go test -v prints those after the test's "=== RUN"
+// line, up to the next test's; a subtest's FAIL line comes only at its
+// parent's end, far from them. At most 60 lines each.
 func failures(log string) string {
 	lines := strings.Split(log, "\n")
 	var out []string
 	for i, l := range lines {
-		if !strings.Contains(l, "--- FAIL") {
+		_, rest, ok := strings.Cut(l, "--- FAIL: ")
+		if !ok {
 			continue
 		}
-		from := i
-		for from > 0 && i-from < 60 && !strings.Contains(lines[from-1], "--- ") && !strings.HasPrefix(lines[from-1], "=== RUN") {
-			from--
+		name, _, _ := strings.Cut(rest, " ")
+		out = append(out, l)
+		start := slices.Index(lines[:i], "=== RUN   "+name)
+		if start < 0 {
+			continue
 		}
-		out = append(out, lines[from:i+1]...)
+		for _, m := range lines[start+1 : min(i, start+61)] {
+			if strings.HasPrefix(m, "=== ") || strings.Contains(m, "--- ") {
+				break
+			}
+			out = append(out, m)
+		}
 	}
 	return strings.Join(out, "\n")
 }
@@ -247,4 +257,36 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// TestFailures: each failed test's FAIL line comes with the lines it
+// printed, a subtest's too, whose FAIL line go test -v prints only at its
+// parent's end; a passing test's lines do not come.
+func TestFailures(t *testing.T) {
+	log := `=== RUN   TestA
+=== RUN   TestA/one
+    a_test.go:1: one's note
+=== RUN   TestA/two
+    a_test.go:2: two went wrong
+    a_test.go:3: and more
+=== RUN   TestA/three
+--- FAIL: TestA (5.33s)
+    --- PASS: TestA/one (0.00s)
+    --- FAIL: TestA/two (5.03s)
+    --- PASS: TestA/three (0.00s)
+=== RUN   TestB
+    b_test.go:9: B failed
+--- FAIL: TestB (0.10s)
+=== RUN   TestC
+--- PASS: TestC (0.00s)
+FAIL`
+	want := `--- FAIL: TestA (5.33s)
+    --- FAIL: TestA/two (5.03s)
+    a_test.go:2: two went wrong
+    a_test.go:3: and more
+--- FAIL: TestB (0.10s)
+    b_test.go:9: B failed`
+	if got := failures(log); got != want {
+		t.Errorf("failures =\n%s\nwant\n%s", got, want)
+	}
 }
