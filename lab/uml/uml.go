@@ -246,10 +246,10 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 // guestEnv's (Go reads its settings left to right, the last winning).
 func withGuestEnv(env []string) []string {
 	out := slices.Clone(guestEnv)
+	ours := slices.IndexFunc(out, func(g string) bool { return strings.HasPrefix(g, "GODEBUG=") })
 	for _, e := range env {
-		k, v, _ := strings.Cut(e, "=")
-		if i := slices.IndexFunc(out, func(g string) bool { return strings.HasPrefix(g, k+"=") }); k == "GODEBUG" && i >= 0 {
-			out[i] += "," + v
+		if v, ok := strings.CutPrefix(e, "GODEBUG="); ok && ours >= 0 {
+			out[ours] += "," + v
 			continue
 		}
 		out = append(out, e)
