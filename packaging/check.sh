@@ -63,6 +63,9 @@ fi
 got=$("$BIN" version)
 if ! git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
 	skip "version of a build from a checkout: not a git checkout"
+elif [ ! -d "$ROOT/.git" ]; then
+	# go build finds a repository only by a .git directory.
+	skip "version of a build from a checkout: a git worktree (.git is a file), which Go does not stamp"
 elif commit=$(git -C "$ROOT" rev-parse --short=12 HEAD) &&
 	printf '%s\n' "$got" | grep -q -- "-$commit"; then
 	# Go's pseudo-version (v0.0.0-DATE-COMMIT), or dev-COMMIT.
