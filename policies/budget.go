@@ -788,15 +788,14 @@ func (b *Budget) ease(in Input, t tick) Proposal {
 	// before the rate reached that knee, which on a link whose delay has
 	// jitter of its own is the jitter: it starts the ceiling's curve
 	// again, from the zone's edge, but leaves the ceiling where it was.
-	// Marked, it set each ceiling a little under
-	// the last, since the curve nears the ceiling from below: on the
-	// simulator's Poisson upload (3 Mbit/s delivered at random) the
-	// ceiling went from 2.25 to 2.02 Mbit/s in 8 s, the rate held under
-	// it, until a slow start past it ran on to the bound
-	// (docs/frontier.md). A capacity that really fell keeps the delay
-	// rising to the budget, and the cut there marks it. On download a
-	// ceiling is measured (what got through while the link held a queue),
-	// and every ease marks.
+	// Marked, it set each ceiling a little under the last, since the curve
+	// nears the ceiling from below: on the simulator's Poisson upload
+	// (3 Mbit/s delivered at random) the ceiling went from 2.25 to
+	// 2.02 Mbit/s in 8 s, the rate held under it, until a slow start past
+	// it ran on to the bound (docs/frontier.md). A capacity that really
+	// fell keeps the delay rising to the budget, and the cut there marks
+	// it. On download a ceiling is measured (what got through while the
+	// link held a queue), and every ease marks.
 	if t.steady && o.Direction == estimator.Up && rate < b.bloatRate {
 		b.bloatAt = in.Now
 	} else {

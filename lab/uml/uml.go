@@ -229,7 +229,7 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	}
 	b.WriteString("ip link set lo up\n")
 	b.WriteString("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin HOME=/root TMPDIR=/run/tmp\n")
-	for _, e := range withGuestEnv(cfg.Env) {
+	for _, e := range callerEnv(cfg.Env) {
 		fmt.Fprintf(&b, "export %s\n", quote(e))
 	}
 	fmt.Fprintf(&b, "cd %s || { echo %s > %s; halt -f; }\n", quote(cfg.WorkDir), quote("no working directory "+cfg.WorkDir), quote(filepath.Join(dir, statusFile)))
@@ -242,17 +242,20 @@ func initScript(cfg Config, dir string, modules []string, argv []string) string 
 	return b.String()
 }
 
-// withGuestEnv is guestEnv followed by env, a GODEBUG in env appended to
-// guestEnv's (Go reads its settings left to right, the last winning).
-func withGuestEnv(env []string) []string {
-	out := slices.Clone(guestEnv)
-	ours := slices.IndexFunc(out, func(g string) bool { return strings.HasPrefix(g, "GODEBUG=") })
-	for _, e := range env {
-		if v, ok := strings.CutPrefix(e, "GODEBUG="); ok && ours >= 0 {
-			out[ours] += "," + v
-			continue
+// callerEnv is Config.Env as the script exports it: a GODEBUG there carries
+// guestEnv's first, which it would otherwise replace (init has guestEnv from
+// the kernel's command line; Go reads its settings left to right, the last
+// winning).
+func callerEnv(env []string) []string {
+	ours := slices.IndexFunc(guestEnv, func(g string) bool { return strings.HasPrefix(g, "GODEBUG=") })
+	if ours < 0 {
+		return env
+	}
+	out := slices.Clone(env)
+	for i, e := range out {
+		if v, ok := strings.CutPrefix(e, "GODEBUG="); ok {
+			out[i] = guestEnv[ours] + "," + v
 		}
-		out = append(out, e)
 	}
 	return out
 }

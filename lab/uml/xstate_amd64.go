@@ -30,12 +30,13 @@ import (
 // XMM1, the upper halves of YMM1 and ZMM1, ZMM17 and the mask register K2
 // and read them back found all of them whole after a busy loop of 0.2 s,
 // and all but XMM1 lost after 100 system calls or 64 page faults, inside
-// the kernel so started on such a Xeon (on the host: all whole). Compiled
-// code keeps nothing in vector registers across a call, so system calls
-// cost it nothing; a page fault, though, can come in the middle of any
-// loop over memory: insmod, with glibc's AVX-512 functions, had every
-// module refused ("Invalid parameters"), and none with them off. guestEnv
-// keeps the guest's programs off those registers, in Go (GODEBUG) and glibc
+// the kernel so started on such a Xeon (on the host: all whole;
+// testdata/vecregs.c, with the commands that run it). Compiled code keeps
+// nothing in vector registers across a call, so system calls cost it
+// nothing; a page fault, though, can come in the middle of any loop over
+// memory: insmod, with glibc's AVX-512 functions, had every module refused
+// ("Invalid parameters"), and none with them off. guestEnv keeps the
+// guest's programs off those registers, in Go (GODEBUG) and glibc
 // (GLIBC_TUNABLES): they run their SSE code instead.
 
 // NT_X86_XSTATE is the ELF note type of the x86 XSAVE register set
